@@ -1,0 +1,3 @@
+from llama_operator.cli import main
+
+raise SystemExit(main())

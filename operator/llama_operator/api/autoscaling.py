@@ -1,0 +1,53 @@
+"""What the autoscaler records in status.autoscaling: observations, the last decision, and the policy's
+state (kept here, in the CR, so an operator restart loses nothing)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from llama_operator.api.base import WireModel
+
+
+class Recommendation(WireModel):
+    """One past replica recommendation, kept for the scale-down stabilization window."""
+
+    time: Annotated[float, Field(description="Unix time of the recommendation.")]
+    replicas: Annotated[int, Field(description="Replicas recommended then.")]
+
+
+class ScalingDecision(WireModel):
+    """The autoscaler's last decision."""
+
+    time: Annotated[str, Field(description="When it was made (RFC 3339).")]
+    from_replicas: Annotated[int, Field(description="Replicas before.")]
+    to_replicas: Annotated[int, Field(description="Replicas decided.")]
+    reason: Annotated[str, Field(description="Why.")]
+
+
+class AutoscalerState(WireModel):
+    """The policy's memory between evaluations."""
+
+    recommendations: Annotated[
+        list[Recommendation], Field(description="Recent recommendations (stabilization window).")
+    ] = Field(default_factory=list)
+    last_scale_time: Annotated[float | None, Field(description="Unix time of the last change.")] = None
+    last_scale_up_time: Annotated[float | None, Field(description="Unix time of the last scale-up.")] = None
+    no_data_since: Annotated[float | None, Field(description="Unix time signals went missing.")] = None
+
+
+class AutoscalingStatus(WireModel):
+    """Observed signals and the autoscaler's decisions."""
+
+    desired_replicas: Annotated[int | None, Field(description="Replicas the autoscaler wants.")] = None
+    observed_ttft_seconds: Annotated[
+        float | None, Field(description="TTFT at the SLO percentile over the last window, in seconds.")
+    ] = None
+    observed_queue_depth: Annotated[float | None, Field(description="Requests waiting, all replicas.")] = None
+    observed_queue_per_replica: Annotated[
+        float | None, Field(description="Requests waiting per ready replica.")
+    ] = None
+    observed_request_rate: Annotated[float | None, Field(description="Requests per second.")] = None
+    last_decision: Annotated[ScalingDecision | None, Field(description="The last decision.")] = None
+    state: Annotated[AutoscalerState, Field(description="Policy state.")] = Field(default_factory=AutoscalerState)

@@ -1,0 +1,94 @@
+"""Kubernetes-style status conditions, and the pure function that updates a list of them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from llama_operator.api.base import WireModel
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    SCALING_ACTIVE = "ScalingActive"
+    SCALING_LIMITED = "ScalingLimited"
+    SLO_MET = "SLOMet"
+    SCHEDULABLE = "Schedulable"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(WireModel):
+    """One observation about the LlamaService, as Kubernetes conditions are shaped."""
+
+    type: Annotated[str, Field(description="Condition type, e.g. Ready, Progressing, Degraded.")]
+    status: Annotated[ConditionStatus, Field(description="True, False or Unknown.")]
+    reason: Annotated[str, Field(description="CamelCase machine-readable reason.")] = ""
+    message: Annotated[str, Field(description="Human-readable details.")] = ""
+    last_transition_time: Annotated[
+        str | None, Field(description="When the status last changed (RFC 3339).")
+    ] = None
+    observed_generation: Annotated[
+        int | None, Field(description="The spec generation this condition was computed from.")
+    ] = None
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[Condition],
+    *,
+    type: str,  # noqa: A002 - the Kubernetes field name
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    """Return the list with one condition set; its transition time moves only when its status changes."""
+    updated: list[Condition] = []
+    found = False
+    for c in conditions:
+        if c.type != type:
+            updated.append(c)
+            continue
+        found = True
+        moved = c.status != status
+        updated.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=rfc3339(now) if moved or c.last_transition_time is None
+                else c.last_transition_time,
+                observed_generation=generation,
+            )
+        )
+    if not found:
+        updated.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=rfc3339(now),
+                observed_generation=generation,
+            )
+        )
+    return updated
+
+
+def find_condition(conditions: list[Condition], type: str) -> Condition | None:  # noqa: A002
+    return next((c for c in conditions if c.type == type), None)

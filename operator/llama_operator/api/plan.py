@@ -1,0 +1,72 @@
+"""The resolved plan: what the planner decided for a LlamaService. Shown in status.plan and by `plan`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from llama_operator.api.base import WireModel
+
+
+class Toleration(WireModel):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class NodeSelectorRequirement(WireModel):
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class NodeSelectorTerm(WireModel):
+    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class Plan(WireModel):
+    """The accelerator, placement and vLLM configuration chosen for each replica."""
+
+    accelerator: Annotated[str, Field(description="Resolved accelerator type (never 'auto').")]
+    mig: Annotated[str | None, Field(description="MIG profile, when on a slice.")] = None
+    mig_strategy: Annotated[str | None, Field(description="MIG strategy of the nodes (mixed or single).")] = None
+    count: Annotated[int, Field(description="Accelerators per replica (tensor parallel size).")] = 1
+    display_name: Annotated[
+        str, Field(description="Short name for humans, e.g. a100-80gb/1g.10gb or 2xa10g.")
+    ] = ""
+    memory_bytes: Annotated[int, Field(description="Accelerator memory per replica, in bytes.")] = 0
+    price_per_hour: Annotated[float, Field(description="Relative price of one replica per hour.")] = 0.0
+    image: Annotated[str, Field(description="vLLM container image.")] = ""
+    resources: Annotated[
+        dict[str, str], Field(description="Container resource requests and limits (extended resources).")
+    ] = Field(default_factory=dict)
+    cpu_request: Annotated[str, Field(description="CPU request of the vLLM container.")] = "1"
+    memory_request: Annotated[str, Field(description="Memory request of the vLLM container.")] = "4Gi"
+    node_selector: Annotated[dict[str, str], Field(description="Node selector.")] = Field(default_factory=dict)
+    node_affinity: Annotated[
+        list[NodeSelectorTerm],
+        Field(description="Required node affinity terms (ORed), e.g. keeping off nodes whose MIG setup is not done."),
+    ] = Field(default_factory=list)
+    tolerations: Annotated[list[Toleration], Field(description="Tolerations.")] = Field(default_factory=list)
+    served_model_name: Annotated[str, Field(description="Model name clients use.")] = ""
+    vllm_args: Annotated[list[str], Field(description="Arguments of the vLLM OpenAI server.")] = Field(
+        default_factory=list
+    )
+    vllm_env: Annotated[
+        dict[str, str], Field(description="Environment variables that tune vLLM for this accelerator.")
+    ] = Field(default_factory=dict)
+    dtype: Annotated[str, Field(description="Resolved dtype.")] = ""
+    max_model_len: Annotated[int, Field(description="Context length served.")] = 0
+    max_num_seqs: Annotated[int, Field(description="Concurrent sequences per replica.")] = 0
+    gpu_memory_utilization: Annotated[float, Field(description="Memory fraction vLLM uses.")] = 0.0
+    weight_bytes: Annotated[int, Field(description="Model weight bytes per accelerator.")] = 0
+    kv_bytes_per_token: Annotated[int, Field(description="KV-cache bytes per token, whole model.")] = 0
+    kv_cache_tokens: Annotated[int, Field(description="KV-cache capacity of one replica, in tokens.")] = 0
+    max_concurrency: Annotated[
+        float, Field(description="Requests of max-model-len tokens the KV cache holds at once.")
+    ] = 0.0
+    notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
+        default_factory=list
+    )

@@ -1,0 +1,29 @@
+"""Operator configuration (set by the platform team through Helm values / environment)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    """Everything the operator reads from its own configuration; pure data, parsed at the edge."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mig_strategy: Literal["mixed", "single"] = "mixed"
+    price_overrides: dict[str, float] = Field(default_factory=dict)
+    gpu_image: str | None = None
+    cpu_image: str | None = None
+    field_manager: str = "llama-operator"
+    autoscaler_field_manager: str = "llama-operator-autoscaler"
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = "llamaservice"
+    namespace_label: str = "namespace"
+    autoscale_interval_seconds: float = 5.0
+    signal_window_seconds: float = 60.0
+    pod_monitor: Literal["auto", "always", "never"] = "auto"
+    startup_timeout_seconds: int = 1200
+    termination_grace_seconds: int = 120

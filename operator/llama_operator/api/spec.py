@@ -1,0 +1,303 @@
+"""The LlamaService spec: the user's contract. The CRD schema is generated from these models."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from llama_operator.api.base import WireModel
+
+GROUP = "serving.llama-operator.dev"
+VERSION = "v1alpha1"
+KIND = "LlamaService"
+PLURAL = "llamaservices"
+SINGULAR = "llamaservice"
+SHORT_NAMES = ("llama", "llamas")
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class AcceleratorType(StrEnum):
+    T4 = "t4"
+    A10G = "a10g"
+    L4 = "l4"
+    A100_40GB = "a100-40gb"
+    A100_80GB = "a100-80gb"
+    H100_80GB = "h100-80gb"
+    CPU = "cpu"
+    AUTO = "auto"
+
+
+# MIG profiles each GPU offers (NVIDIA MIG user guide). Part of the contract: CEL checks `mig` against it.
+MIG_PROFILES_BY_TYPE: dict[AcceleratorType, tuple[str, ...]] = {
+    AcceleratorType.A100_40GB: ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+    AcceleratorType.A100_80GB: ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    AcceleratorType.H100_80GB: ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+}
+ALL_MIG_PROFILES: tuple[str, ...] = tuple(
+    sorted({p for ps in MIG_PROFILES_BY_TYPE.values() for p in ps}, key=lambda p: (int(p[0]), p))
+)
+
+
+class DType(StrEnum):
+    AUTO = "auto"
+    HALF = "half"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+class Quantization(StrEnum):
+    NONE = "none"
+    AWQ = "awq"
+    GPTQ = "gptq"
+    FP8 = "fp8"
+    BITSANDBYTES = "bitsandbytes"
+
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class SecretKeyRef(WireModel):
+    """A key in a Secret of the LlamaService's namespace."""
+
+    name: Annotated[str, Field(description="Name of the Secret.", pattern=DNS_SUBDOMAIN, max_length=253)]
+    key: Annotated[str, Field(description="Key in the Secret holding the value.", min_length=1)] = "token"
+
+
+class ModelCache(WireModel):
+    """Where model weights are cached. Without a claim, an emptyDir (downloaded on every start)."""
+
+    persistent_volume_claim: Annotated[
+        str | None,
+        Field(
+            description="Name of a PersistentVolumeClaim in the namespace holding the model cache "
+            "(mounted read-write at /models; HF_HOME points there).",
+            pattern=DNS_SUBDOMAIN,
+            max_length=253,
+        ),
+    ] = None
+    size_limit: Annotated[
+        str | None,
+        Field(description="Size limit of the emptyDir used when no claim is named, e.g. 20Gi."),
+    ] = None
+
+
+class ModelArchitecture(WireModel):
+    """What the planner needs to size a model it does not know (not in the built-in catalog)."""
+
+    layers: Annotated[int, Field(description="Number of transformer layers.", ge=1, le=1024)]
+    kv_heads: Annotated[int, Field(description="Number of key/value heads (GQA groups).", ge=1, le=1024)]
+    head_dim: Annotated[int, Field(description="Dimension of one attention head.", ge=8, le=1024)]
+    parameters: Annotated[
+        int, Field(description="Total number of parameters, e.g. 1235814400.", ge=1_000_000)
+    ]
+    max_context: Annotated[
+        int, Field(description="The model's maximum context length in tokens.", ge=128, le=10_000_000)
+    ]
+
+
+class ModelSpec(WireModel):
+    """The model to serve."""
+
+    name: Annotated[
+        str,
+        Field(
+            description="Hugging Face hub id (e.g. meta-llama/Llama-3.2-1B-Instruct), or a path inside the "
+            "model cache volume (starting with /models/).",
+            min_length=1,
+            max_length=512,
+        ),
+    ]
+    served_name: Annotated[
+        str | None,
+        Field(
+            description="Model name clients send in requests. Default: the LlamaService's name.",
+            min_length=1,
+            max_length=256,
+        ),
+    ] = None
+    revision: Annotated[
+        str | None, Field(description="Model revision (branch, tag or commit) to load.", max_length=256)
+    ] = None
+    token_secret_ref: Annotated[
+        SecretKeyRef | None,
+        Field(description="Secret key holding a Hugging Face token (exposed to vLLM as HF_TOKEN)."),
+    ] = None
+    cache: Annotated[ModelCache | None, Field(description="Where to cache model weights.")] = None
+    architecture: Annotated[
+        ModelArchitecture | None,
+        Field(description="Model shape; required when the model is not in the operator's built-in catalog."),
+    ] = None
+
+
+class AcceleratorSpec(WireModel):
+    """The hardware each replica runs on."""
+
+    type: Annotated[
+        AcceleratorType,
+        Field(
+            description="GPU type, 'cpu' for vLLM's CPU build, or 'auto' for the cheapest option present "
+            "in the cluster that fits the model."
+        ),
+    ] = AcceleratorType.AUTO
+    mig: Annotated[
+        str | None,
+        Field(
+            description="MIG profile of the GPU to run on (a slice, e.g. 1g.10gb). Only on a100-40gb, "
+            "a100-80gb and h100-80gb.",
+            json_schema_extra={"enum": list(ALL_MIG_PROFILES)},
+        ),
+    ] = None
+    count: Annotated[
+        int,
+        Field(description="GPUs per replica (tensor parallel size). Must be 1 with a MIG slice.", ge=1, le=8),
+    ] = 1
+
+    @field_validator("mig")
+    @classmethod
+    def _known_profile(cls, v: str | None) -> str | None:
+        if v is not None and v not in ALL_MIG_PROFILES:
+            raise ValueError(f"unknown MIG profile {v!r}; known: {', '.join(ALL_MIG_PROFILES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _mig_rules(self) -> AcceleratorSpec:
+        if self.mig is None:
+            return self
+        profiles = MIG_PROFILES_BY_TYPE.get(self.type)
+        if profiles is None:
+            raise ValueError(
+                f"accelerator.mig is only valid on {', '.join(t.value for t in MIG_PROFILES_BY_TYPE)}; "
+                f"remove mig or change type {self.type.value!r}"
+            )
+        if self.mig not in profiles:
+            raise ValueError(
+                f"accelerator.mig {self.mig!r} is not a profile of {self.type.value}; use one of "
+                f"{', '.join(profiles)}"
+            )
+        if self.count != 1:
+            raise ValueError("accelerator.count must be 1 with a MIG slice (a process sees one MIG device)")
+        return self
+
+
+AutoOrInt = int | Literal["auto"]
+AutoOrFloat = float | Literal["auto"]
+
+
+class EngineSpec(WireModel):
+    """vLLM engine settings. Left unset, each is derived from the model and the accelerator."""
+
+    image: Annotated[
+        str | None,
+        Field(description="vLLM container image. Default: the operator's pinned image for the accelerator."),
+    ] = None
+    dtype: Annotated[
+        DType,
+        Field(description="Weight and activation dtype. 'auto' picks bfloat16 where the GPU has it, else half."),
+    ] = DType.AUTO
+    quantization: Annotated[
+        Quantization, Field(description="Weight quantization of the checkpoint, or fp8 on-the-fly.")
+    ] = Quantization.NONE
+    max_model_len: Annotated[
+        int | None,
+        Field(
+            description="Context length to serve. Default: the largest that fits, capped at the model's context.",
+            ge=128,
+            le=10_000_000,
+        ),
+    ] = None
+    max_num_seqs: Annotated[
+        AutoOrInt,
+        Field(
+            description="Maximum concurrent sequences per replica, or 'auto' to derive it from the KV cache.",
+            json_schema_extra={"x-kubernetes-int-or-string": True},
+        ),
+    ] = "auto"
+    gpu_memory_utilization: Annotated[
+        AutoOrFloat,
+        Field(
+            description="Fraction of accelerator memory vLLM may use (0.5-0.98), or 'auto'.",
+        ),
+    ] = "auto"
+    prefix_caching: Annotated[bool, Field(description="Enable automatic prefix caching.")] = True
+    extra_args: Annotated[
+        list[Annotated[str, Field(max_length=1024)]],
+        Field(
+            description="Further vLLM arguments, passed through after validation. Flags the operator sets "
+            "from other fields (model, port, dtype, max-model-len, ...) are rejected here.",
+            max_length=64,
+        ),
+    ] = Field(default_factory=list)
+
+    @field_validator("max_num_seqs")
+    @classmethod
+    def _seqs(cls, v: AutoOrInt) -> AutoOrInt:
+        if isinstance(v, int) and not 1 <= v <= 4096:
+            raise ValueError("engine.maxNumSeqs must be 'auto' or between 1 and 4096")
+        return v
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _util(cls, v: AutoOrFloat) -> AutoOrFloat:
+        if not isinstance(v, str) and not 0.5 <= v <= 0.98:
+            raise ValueError("engine.gpuMemoryUtilization must be 'auto' or between 0.5 and 0.98")
+        return v
+
+
+class SLOSpec(WireModel):
+    """The latency objective autoscaling keeps."""
+
+    ttft_seconds: Annotated[
+        float, Field(description="Time-to-first-token objective in seconds (queue time included).", gt=0, le=600)
+    ] = 0.5
+    percentile: Annotated[
+        float, Field(description="Percentile of TTFT held to the objective, e.g. 95.", ge=50, le=99.9)
+    ] = 95
+    queue_depth_per_replica: Annotated[
+        float,
+        Field(description="Target of waiting requests per ready replica.", gt=0, le=10_000),
+    ] = 4
+
+
+class AutoscalingSpec(WireModel):
+    """SLO autoscaling from Prometheus signals. When enabled, spec.replicas is ignored."""
+
+    enabled: Annotated[bool, Field(description="Scale replicas to keep the SLO.")] = True
+    min_replicas: Annotated[int, Field(description="Fewest replicas.", ge=1, le=1000)] = 1
+    max_replicas: Annotated[int, Field(description="Most replicas.", ge=1, le=1000)] = 8
+    slo: Annotated[SLOSpec, Field(description="The latency objective.")] = Field(default_factory=SLOSpec)
+    scale_down_stabilization_seconds: Annotated[
+        int,
+        Field(description="How long load must stay low before replicas are removed.", ge=0, le=3600),
+    ] = 300
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+class LlamaServiceSpec(WireModel):
+    """A Llama model served by vLLM on a fitting accelerator, scaled to a latency SLO."""
+
+    model: Annotated[ModelSpec, Field(description="The model to serve.")]
+    accelerator: Annotated[AcceleratorSpec, Field(description="Hardware per replica.")] = Field(
+        default_factory=AcceleratorSpec
+    )
+    engine: Annotated[EngineSpec, Field(description="vLLM engine settings.")] = Field(default_factory=EngineSpec)
+    replicas: Annotated[
+        int, Field(description="Replicas when autoscaling is off (the scale subresource maps here).", ge=0, le=1000)
+    ] = 1
+    autoscaling: Annotated[
+        AutoscalingSpec | None, Field(description="SLO autoscaling; absent means a fixed replica count.")
+    ] = None
+
+    @property
+    def autoscaling_enabled(self) -> bool:
+        return self.autoscaling is not None and self.autoscaling.enabled

@@ -1,0 +1,297 @@
+"""LlamaService + Plan -> the Kubernetes objects that serve it, in apply order. Pure: no API calls.
+
+Each `build_*` returns a plain dict ready for server-side apply. Every object carries an owner
+reference to the LlamaService, so the garbage collector removes them with it (no finalizer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llama_operator.api.plan import Plan
+from llama_operator.api.resource import LlamaService
+from llama_operator.api.settings import Settings
+from llama_operator.api.spec import API_VERSION, KIND
+from llama_operator.desired.labels import object_labels, selector_labels
+
+Manifest = dict[str, Any]
+
+HTTP_PORT = 8000
+MODEL_CACHE_PATH = "/models"
+SHM_PATH = "/dev/shm"
+TMP_PATH = "/tmp"
+CONTAINER_NAME = "vllm"
+POD_MONITOR_API = "monitoring.coreos.com/v1"
+# vLLM reads VLLM_PORT etc. from its environment; Kubernetes' service links would inject e.g.
+# VLLM_PORT=tcp://... for a Service named "vllm" and crash it.
+ENABLE_SERVICE_LINKS = False
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """What should exist for one LlamaService, and which owned kinds must not."""
+
+    objects: list[Manifest]
+    absent: list[tuple[str, str, str]]  # (apiVersion, kind, name) that must be deleted if present
+
+
+def owner_reference(svc: LlamaService) -> dict[str, Any]:
+    if not svc.metadata.uid:
+        raise ValueError("the LlamaService has no uid; owner references need the object as stored")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": svc.metadata.name,
+        "uid": svc.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(svc: LlamaService, name: str | None = None) -> dict[str, Any]:
+    return {
+        "name": name or svc.metadata.name,
+        "namespace": svc.metadata.namespace,
+        "labels": object_labels(svc.metadata.name),
+        "ownerReferences": [owner_reference(svc)],
+    }
+
+
+def _shm_size(plan: Plan) -> str:
+    # NCCL needs shared memory between tensor-parallel workers; one process needs little.
+    return "8Gi" if plan.count > 1 else "2Gi"
+
+
+def _probes(settings: Settings) -> dict[str, Any]:
+    period = 10
+    health = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
+    return {
+        # Model download + load + warm-up may take many minutes; the startup probe covers it so the
+        # liveness probe can stay strict once the server runs.
+        "startupProbe": {
+            **health,
+            "periodSeconds": period,
+            "failureThreshold": max(6, math.ceil(settings.startup_timeout_seconds / period)),
+        },
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3, "successThreshold": 1},
+        "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4},
+    }
+
+
+def _env(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": f"{TMP_PATH}/home"},
+        {"name": "HF_HOME", "value": f"{MODEL_CACHE_PATH}/hf"},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{TMP_PATH}/vllm"},
+        {"name": "XDG_CACHE_HOME", "value": f"{TMP_PATH}/cache"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    ref = svc.spec.model.token_secret_ref
+    if ref is not None:
+        secret = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
+        env.append({"name": "HF_TOKEN", "valueFrom": secret})
+    env.extend({"name": k, "value": v} for k, v in sorted(plan.vllm_env.items()))
+    return env
+
+
+def _volumes(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
+    cache = svc.spec.model.cache
+    if cache is not None and cache.persistent_volume_claim:
+        model_volume: dict[str, Any] = {"persistentVolumeClaim": {"claimName": cache.persistent_volume_claim}}
+    else:
+        empty: dict[str, Any] = {}
+        if cache is not None and cache.size_limit:
+            empty["sizeLimit"] = cache.size_limit
+        model_volume = {"emptyDir": empty}
+    return [
+        {"name": "model-cache", **model_volume},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _shm_size(plan)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def _resources(plan: Plan) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": plan.cpu_request, "memory": plan.memory_request}
+    limits: dict[str, str] = {"memory": plan.memory_request}
+    # Extended resources (GPUs, MIG slices) must be set as limits; requests then default to them.
+    for resource, quantity in sorted(plan.resources.items()):
+        requests[resource] = quantity
+        limits[resource] = quantity
+    return {"requests": requests, "limits": limits}
+
+
+def _affinity(plan: Plan) -> dict[str, Any] | None:
+    if not plan.node_affinity:
+        return None
+    terms = [t.to_wire() for t in plan.node_affinity]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def scrape_annotations() -> dict[str, str]:
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(HTTP_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+
+
+def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool) -> Manifest:
+    name = svc.metadata.name
+    annotations = dict(settings.pod_annotations)
+    if not pod_monitor:
+        annotations.update(scrape_annotations())
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        # The module entry point works in every vLLM image, GPU and CPU, whatever its ENTRYPOINT.
+        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "args": list(plan.vllm_args),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "env": _env(svc, plan),
+        "resources": _resources(plan),
+        **_probes(settings),
+        # Let endpoints drop the pod before vLLM stops accepting; in-flight requests then finish
+        # within the termination grace period.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
+        "volumeMounts": [
+            {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
+            {"name": "dshm", "mountPath": SHM_PATH},
+            {"name": "tmp", "mountPath": TMP_PATH},
+        ],
+        # Restricted, except the root filesystem: torch and triton write caches beside their code.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": _volumes(svc, plan),
+        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "enableServiceLinks": ENABLE_SERVICE_LINKS,
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector_labels(name)},
+            }
+        ],
+    }
+    if plan.node_selector:
+        pod_spec["nodeSelector"] = dict(plan.node_selector)
+    if plan.tolerations:
+        pod_spec["tolerations"] = [t.to_wire() for t in plan.tolerations]
+    affinity = _affinity(plan)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
+    metadata: dict[str, Any] = {"labels": object_labels(name)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod_spec}
+
+
+def build_deployment(
+    svc: LlamaService, plan: Plan, settings: Settings, *, replicas: int | None, pod_monitor: bool
+) -> Manifest:
+    """The vLLM Deployment. `replicas=None` leaves the field to the autoscaler's field manager."""
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(svc.metadata.name)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "revisionHistoryLimit": 5,
+        "progressDeadlineSeconds": settings.startup_timeout_seconds + 300,
+        "template": build_pod_template(svc, plan, settings, pod_monitor=pod_monitor),
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(svc), "spec": spec}
+
+
+def build_service(svc: LlamaService) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(svc),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(svc.metadata.name),
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pod_disruption_budget(svc: LlamaService) -> Manifest:
+    # maxUnavailable rather than minAvailable: it never blocks a drain outright when replicas shrink.
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(svc),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(svc.metadata.name)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def build_pod_monitor(svc: LlamaService, settings: Settings) -> Manifest:
+    """Scrape config for the Prometheus Operator, adding the labels the autoscaler's queries select on."""
+    return {
+        "apiVersion": POD_MONITOR_API,
+        "kind": "PodMonitor",
+        "metadata": _metadata(svc),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(svc.metadata.name)},
+            "podMetricsEndpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": "5s",
+                    "relabelings": [
+                        {"targetLabel": settings.service_label, "replacement": svc.metadata.name},
+                        {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": settings.namespace_label},
+                        {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def max_replicas(svc: LlamaService) -> int:
+    """The most replicas this LlamaService may run: decides whether a PodDisruptionBudget helps."""
+    if svc.spec.autoscaling_enabled and svc.spec.autoscaling is not None:
+        return svc.spec.autoscaling.max_replicas
+    return svc.spec.replicas
+
+
+def build_desired_state(
+    svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool
+) -> DesiredState:
+    """Everything that should exist, in apply order (the Service before the pods it fronts)."""
+    name = svc.metadata.name
+    replicas = None if svc.spec.autoscaling_enabled else svc.spec.replicas
+    objects: list[Manifest] = [build_service(svc)]
+    absent: list[tuple[str, str, str]] = []
+    if max_replicas(svc) > 1:
+        objects.append(build_pod_disruption_budget(svc))
+    else:
+        absent.append(("policy/v1", "PodDisruptionBudget", name))
+    if pod_monitor:
+        objects.append(build_pod_monitor(svc, settings))
+    objects.append(build_deployment(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor))
+    return DesiredState(objects=objects, absent=absent)
