@@ -34,7 +34,22 @@ class AutoscalerState(WireModel):
     ] = Field(default_factory=list)
     last_scale_time: Annotated[float | None, Field(description="Unix time of the last change.")] = None
     last_scale_up_time: Annotated[float | None, Field(description="Unix time of the last scale-up.")] = None
+    last_scale_down_time: Annotated[
+        float | None, Field(description="Unix time of the last scale-down (bounds the scale-down rate).")
+    ] = None
     no_data_since: Annotated[float | None, Field(description="Unix time signals went missing.")] = None
+    capacity_tokens_per_second: Annotated[
+        float | None,
+        Field(
+            description="Estimated prompt tokens per second one replica can prefill: seeded from the "
+            "accelerator catalog when known, raised when a replica is seen serving more, lowered when the "
+            "SLO breaks below the load it predicts to be safe.",
+            gt=0,
+        ),
+    ] = None
+    capacity_corrected_time: Annotated[
+        float | None, Field(description="Unix time the capacity estimate was last lowered.")
+    ] = None
 
 
 class AutoscalingStatus(WireModel):
@@ -50,4 +65,6 @@ class AutoscalingStatus(WireModel):
     ] = None
     observed_request_rate: Annotated[float | None, Field(description="Requests per second.")] = None
     last_decision: Annotated[ScalingDecision | None, Field(description="The last decision.")] = None
-    state: Annotated[AutoscalerState, Field(description="Policy state.")] = Field(default_factory=AutoscalerState)
+    state: Annotated[AutoscalerState, Field(description="Policy state.")] = Field(
+        default_factory=AutoscalerState
+    )

@@ -1,0 +1,150 @@
+"""The llama-operator command: run | crd | plan | render | simulate | bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llama_operator.api.crd import render_crd_yaml
+from llama_operator.api.resource import InvalidSpecError, parse_llamaservice
+from llama_operator.api.settings import Settings
+from llama_operator.desired.objects import build_desired_state
+from llama_operator.planning.inventory import Inventory, inventory_from_nodes
+from llama_operator.planning.planner import PlanningError
+from llama_operator.reconcile.outcome import plan_llamaservice
+
+
+def _load_documents(path: str) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise InvalidSpecError(f"{path}: every YAML document must be a mapping")
+    return docs
+
+
+def _load_inventory(paths: Sequence[str] | None) -> Inventory | None:
+    if not paths:
+        return None
+    nodes: list[dict[str, Any]] = []
+    for entry in paths:
+        p = Path(entry)
+        files = sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) if p.is_dir() else [p]
+        for f in files:
+            for doc in _load_documents(str(f)):
+                items = doc.get("items") if doc.get("kind") == "List" else [doc]
+                nodes.extend(n for n in items or [] if n.get("kind") == "Node")
+    return inventory_from_nodes(nodes)
+
+
+def _llamaservices(path: str) -> list[dict[str, Any]]:
+    docs = [d for d in _load_documents(path) if d.get("kind") == "LlamaService"]
+    if not docs:
+        raise InvalidSpecError(f"{path}: no LlamaService found")
+    return docs
+
+
+def _with_uid(doc: dict[str, Any]) -> dict[str, Any]:
+    # Offline rendering has no stored object; a stand-in uid keeps owner references well-formed.
+    meta = {"namespace": "default", **doc.get("metadata", {})}
+    meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, f"{meta['namespace']}/{meta['name']}")))
+    return {**doc, "metadata": meta}
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_crd_yaml())
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    inventory = _load_inventory(args.nodes)
+    results = []
+    for doc in _llamaservices(args.file):
+        parse_llamaservice(doc)
+        _, plan = plan_llamaservice(doc, Settings(mig_strategy=args.mig_strategy), inventory)
+        results.append(plan.model_dump(by_alias=True, mode="json"))
+    out: Any = results[0] if len(results) == 1 else results
+    if args.output == "json":
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(out, sort_keys=False))
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    inventory = _load_inventory(args.nodes)
+    settings = Settings(mig_strategy=args.mig_strategy)
+    documents = []
+    for doc in _llamaservices(args.file):
+        parse_llamaservice(doc)
+        svc, plan = plan_llamaservice(_with_uid(doc), settings, inventory)
+        state = build_desired_state(svc, plan, settings, pod_monitor=args.pod_monitor)
+        documents.extend(state.objects)
+    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kopf.cli import main as kopf_main  # imported here: the other commands must not need kopf
+
+    kopf_args = ["run", "--module", "llama_operator.handlers", *args.kopf_args]
+    if not any(a in {"-A", "--all-namespaces", "-n", "--namespace"} for a in args.kopf_args):
+        kopf_args.append("--all-namespaces")
+    kopf_main.main(args=kopf_args, prog_name="llama-operator run", standalone_mode=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llama-operator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator (extra options go to `kopf run`)")
+    run.add_argument("kopf_args", nargs=argparse.REMAINDER, help="kopf run options, e.g. --verbose -n team-a")
+    run.set_defaults(func=cmd_run)
+
+    crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")
+    crd.set_defaults(func=cmd_crd)
+
+    for name, func, help_text in (
+        ("plan", cmd_plan, "print the plan for a LlamaService manifest"),
+        ("render", cmd_render, "print the Kubernetes objects for a LlamaService manifest"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("-f", "--file", required=True, help="LlamaService manifest (YAML), or - for stdin")
+        p.add_argument(
+            "--nodes", action="append", help="node inventory: Node manifests (file or folder), repeatable"
+        )
+        p.add_argument("--mig-strategy", choices=["mixed", "single"], default="mixed")
+        if name == "plan":
+            p.add_argument("-o", "--output", choices=["json", "yaml"], default="json")
+        else:
+            p.add_argument("--pod-monitor", action="store_true", help="render a PodMonitor (Prometheus Operator)")
+        p.set_defaults(func=func)
+
+    try:
+        from llama_operator.sim.commands import register
+    except ImportError:  # the simulator is optional at import time while it is being built
+        pass
+    else:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (InvalidSpecError, PlanningError) as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 1
+    except (OSError, yaml.YAMLError) as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    return code

@@ -1,0 +1,49 @@
+"""In-memory indexes kopf keeps from watches, so handlers need no API reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.desired.labels import SERVICE_LABEL
+
+OwnerKey = tuple[str, str]
+
+
+@kopf.index("nodes")
+def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    """Node facts the planner needs: labels, allocatable, taints."""
+    return {
+        name: {
+            "metadata": {"name": name, "labels": dict(body.metadata.labels or {})},
+            "spec": {"taints": list(body.spec.get("taints") or [])},
+            "status": {
+                "allocatable": dict(body.status.get("allocatable") or {}),
+                "capacity": dict(body.status.get("capacity") or {}),
+            },
+        }
+    }
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def llamaservice_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[OwnerKey, dict[str, Any]]:
+    return {(namespace, name): {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}}
+
+
+@kopf.index("pods", labels={SERVICE_LABEL: kopf.PRESENT})
+def pod_index(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict[OwnerKey, dict[str, Any]]:
+    return {(namespace, labels[SERVICE_LABEL]): {"metadata": {"name": body.metadata.name}, "status": dict(body.status)}}
+
+
+@kopf.index("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})
+def deployment_index(
+    body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any
+) -> dict[OwnerKey, dict[str, Any]]:
+    return {(namespace, labels[SERVICE_LABEL]): dict(body)}
+
+
+def one(index: kopf.Index[OwnerKey, dict[str, Any]], key: OwnerKey) -> dict[str, Any] | None:
+    store = index.get(key)
+    return next(iter(store), None) if store is not None else None

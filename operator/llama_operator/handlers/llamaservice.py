@@ -1,0 +1,70 @@
+"""Reconcile a LlamaService: plan, build, apply, report. Bad specs are reported, never retried hot."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.handlers.indexes import OwnerKey, one
+from llama_operator.infra.execute import execute, set_deployment_replicas
+from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.reconcile.outcome import reconcile
+
+RETRY_DELAY_SECONDS = 15
+
+
+def reconcile_and_apply(
+    body: kopf.Body | dict[str, Any],
+    memo: kopf.Memo,
+    node_index: kopf.Index[str, dict[str, Any]],
+    deployment: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Plan and apply one LlamaService; returns the status patch. Shared by reconcile and drift repair."""
+    nodes = [node for store in node_index.values() for node in store]
+    outcome = reconcile(
+        body,
+        memo.settings,
+        inventory=inventory_from_nodes(nodes) if nodes else None,
+        pod_monitor=memo.pod_monitor,
+        now=datetime.now(UTC),
+    )
+    if outcome.desired is None:
+        kopf.warn(dict(body), reason="InvalidSpec", message=outcome.error or "invalid spec")
+        return outcome.status_patch
+    meta = body["metadata"]
+    execute(memo.kube, outcome.desired, namespace=meta["namespace"], field_manager=memo.settings.field_manager)
+    autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
+    if autoscaling.get("enabled", True) and autoscaling:
+        # The autoscaler owns replicas; until its first decision keep them inside the bounds.
+        current = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
+        lo, hi = int(autoscaling.get("minReplicas", 1)), int(autoscaling.get("maxReplicas", 8))
+        if not lo <= current <= hi:
+            set_deployment_replicas(
+                memo.kube, namespace=meta["namespace"], name=meta["name"], replicas=min(max(current, lo), hi),
+                field_manager=memo.settings.autoscaler_field_manager,
+            )
+    return outcome.status_patch
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile_llamaservice(
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    memo: kopf.Memo,
+    patch: kopf.Patch,
+    node_index: kopf.Index[str, dict[str, Any]],
+    deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
+    **_: Any,
+) -> None:
+    try:
+        status = reconcile_and_apply(body, memo, node_index, one(deployment_index, (namespace, name)))
+    except ApiException as err:
+        raise kopf.TemporaryError(f"Kubernetes API: {err.status} {err.reason}", delay=RETRY_DELAY_SECONDS) from err
+    patch.status.update(status)

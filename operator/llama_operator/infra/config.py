@@ -1,0 +1,54 @@
+"""Load the operator's Settings from a YAML file and LLAMA_OPERATOR_* environment variables."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llama_operator.api.settings import Settings
+
+ENV_PREFIX = "LLAMA_OPERATOR_"
+CONFIG_FILE_ENV = "LLAMA_OPERATOR_CONFIG"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    fields = Settings.model_fields
+    out: dict[str, Any] = {}
+    for key, raw in env.items():
+        if not key.startswith(ENV_PREFIX) or key == CONFIG_FILE_ENV:
+            continue
+        name = key.removeprefix(ENV_PREFIX).lower()
+        if name not in fields:
+            continue
+        # Maps and numbers come as JSON; plain strings as they are.
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    path = env.get(CONFIG_FILE_ENV)
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+        data.update({k.replace("-", "_"): v for k, v in loaded.items()})
+    data.update(_env_overrides(env))
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"invalid operator configuration: {err}") from None

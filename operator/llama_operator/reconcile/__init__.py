@@ -1,0 +1,1 @@
+"""Pure reconciliation: what should exist and what status to report, from what was observed."""

@@ -1,0 +1,106 @@
+"""Compute, then act: from a LlamaService and what the operator knows, decide what to apply and what to
+report. Pure; the handlers perform the result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_condition
+from llama_operator.api.plan import Plan
+from llama_operator.api.resource import InvalidSpecError, LlamaService, ObjectMeta, parse_spec
+from llama_operator.api.settings import Settings
+from llama_operator.api.status import Phase
+from llama_operator.desired.labels import selector_string
+from llama_operator.desired.objects import DesiredState, build_desired_state
+from llama_operator.planning.inventory import Inventory
+from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
+
+
+@dataclass(frozen=True)
+class ReconcileOutcome:
+    """What to do for one LlamaService: objects to apply (or none) and the status to write."""
+
+    desired: DesiredState | None
+    plan: Plan | None
+    status_patch: dict[str, Any]
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def planning_config(settings: Settings) -> PlanningConfig:
+    kwargs: dict[str, Any] = {"mig_strategy": settings.mig_strategy, "price_overrides": dict(settings.price_overrides)}
+    if settings.gpu_image:
+        kwargs["gpu_image"] = settings.gpu_image
+    if settings.cpu_image:
+        kwargs["cpu_image"] = settings.cpu_image
+    return PlanningConfig(**kwargs)
+
+
+def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
+    raw = (status or {}).get("conditions") or []
+    return [Condition.model_validate(c) for c in raw]
+
+
+def _wire(conditions: list[Condition]) -> list[dict[str, Any]]:
+    return [c.to_wire() for c in conditions]
+
+
+def plan_llamaservice(
+    body: Mapping[str, Any], settings: Settings, inventory: Inventory | None
+) -> tuple[LlamaService, Plan]:
+    """Parse and plan; raises InvalidSpecError or PlanningError with a message for the user."""
+    meta = body.get("metadata") or {}
+    spec = parse_spec(body.get("spec") or {})
+    svc = LlamaService(metadata=ObjectMeta.model_validate(meta), spec=spec)
+    plan = plan_service(spec, name=svc.metadata.name, config=planning_config(settings), inventory=inventory)
+    return svc, plan
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    settings: Settings,
+    *,
+    inventory: Inventory | None,
+    pod_monitor: bool,
+    now: datetime,
+) -> ReconcileOutcome:
+    """Decide the objects and the status for a LlamaService as the API server holds it."""
+    meta = body.get("metadata") or {}
+    generation = meta.get("generation")
+    conditions = _conditions(body.get("status"))
+    try:
+        svc, plan = plan_llamaservice(body, settings, inventory)
+    except (InvalidSpecError, PlanningError) as err:
+        message = str(err)
+        reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
+        conditions = set_condition(
+            conditions, type=ConditionType.DEGRADED, status=ConditionStatus.TRUE, reason=reason,
+            message=message, now=now, generation=generation,
+        )
+        conditions = set_condition(
+            conditions, type=ConditionType.READY, status=ConditionStatus.FALSE, reason=reason,
+            message=message, now=now, generation=generation,
+        )
+        conditions = set_condition(
+            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.FALSE, reason=reason,
+            message="fix the spec; nothing is changed until then", now=now, generation=generation,
+        )
+        status = {"phase": Phase.FAILED.value, "observedGeneration": generation, "conditions": _wire(conditions)}
+        return ReconcileOutcome(desired=None, plan=None, status_patch=status, error=message)
+
+    desired = build_desired_state(svc, plan, settings, pod_monitor=pod_monitor)
+    conditions = set_condition(
+        conditions, type=ConditionType.DEGRADED, status=ConditionStatus.FALSE, reason="Planned",
+        message=f"planned {plan.display_name}", now=now, generation=generation,
+    )
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": _wire(conditions),
+        "selector": selector_string(svc.metadata.name),
+        "accelerator": plan.display_name,
+        "plan": plan.to_wire(),
+    }
+    return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)

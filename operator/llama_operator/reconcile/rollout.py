@@ -1,0 +1,96 @@
+"""Status from the Deployment the operator owns: replicas, phase and the Ready/Progressing conditions,
+with the scheduler's reason when pods cannot be placed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, find_condition, set_condition
+from llama_operator.api.status import Phase
+
+
+def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The scheduler's message for the first pending pod it could not place (names the short resource)."""
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Pending":
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                if cond.get("reason") == "Unschedulable":
+                    return str(cond.get("message") or "unschedulable")
+    return None
+
+
+def rollout_status(
+    status: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status fields that follow the Deployment (a merge patch for the LlamaService's status)."""
+    conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
+    degraded = find_condition(conditions, ConditionType.DEGRADED)
+    if degraded is not None and degraded.status == ConditionStatus.TRUE:
+        return {}  # the spec is bad; reconcile owns the status until it is fixed
+    if deployment is None:
+        conditions = set_condition(
+            conditions, type=ConditionType.READY, status=ConditionStatus.FALSE, reason="DeploymentMissing",
+            message="the vLLM Deployment does not exist yet", now=now, generation=generation,
+        )
+        return {"phase": Phase.PENDING.value, "conditions": [c.to_wire() for c in conditions]}
+
+    dep_status = deployment.get("status") or {}
+    desired = int((deployment.get("spec") or {}).get("replicas", 1))
+    ready = int(dep_status.get("readyReplicas") or 0)
+    updated = int(dep_status.get("updatedReplicas") or 0)
+    dep_generation = (deployment.get("metadata") or {}).get("generation")
+    observed = dep_status.get("observedGeneration")
+    rolled_out = observed == dep_generation and updated >= desired and ready >= desired
+
+    pending = unschedulable_message(pods)
+    if pending is not None:
+        conditions = set_condition(
+            conditions, type=ConditionType.SCHEDULABLE, status=ConditionStatus.FALSE, reason="Unschedulable",
+            message=f"pods cannot be placed: {pending}", now=now, generation=generation,
+        )
+    else:
+        conditions = set_condition(
+            conditions, type=ConditionType.SCHEDULABLE, status=ConditionStatus.TRUE, reason="Scheduled",
+            message="all pods are placed", now=now, generation=generation,
+        )
+
+    if rolled_out and desired > 0:
+        phase = Phase.READY
+        conditions = set_condition(
+            conditions, type=ConditionType.READY, status=ConditionStatus.TRUE, reason="ReplicasReady",
+            message=f"{ready}/{desired} replicas ready", now=now, generation=generation,
+        )
+        conditions = set_condition(
+            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.FALSE, reason="RolloutComplete",
+            message="all replicas run the current spec", now=now, generation=generation,
+        )
+    else:
+        phase = Phase.DEGRADED if pending is not None and ready == 0 else Phase.PROGRESSING
+        why = f"{ready}/{desired} replicas ready, {updated} updated"
+        if pending is not None:
+            why += f"; pods cannot be placed: {pending}"
+        conditions = set_condition(
+            conditions, type=ConditionType.READY, status=ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE,
+            reason="ReplicasReady" if ready > 0 else "ReplicasNotReady", message=why, now=now, generation=generation,
+        )
+        conditions = set_condition(
+            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.TRUE,
+            reason="Unschedulable" if pending is not None else "RollingOut", message=why, now=now,
+            generation=generation,
+        )
+    return {
+        "phase": phase.value,
+        "replicas": desired,
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+        "conditions": [c.to_wire() for c in conditions],
+    }

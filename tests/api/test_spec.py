@@ -1,0 +1,67 @@
+"""Validation of a user's manifest: errors name the field and say how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, parse_spec
+from llama_operator.api.spec import AcceleratorType
+
+
+def manifest(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.llama-operator.dev/v1alpha1",
+        "kind": "LlamaService",
+        "metadata": {"name": "chat", "namespace": "team-a"},
+        "spec": {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct"}, **spec},
+    }
+
+
+def test_defaults() -> None:
+    svc = parse_llamaservice(manifest())
+    assert svc.spec.accelerator.type is AcceleratorType.AUTO
+    assert svc.spec.engine.max_num_seqs == "auto"
+    assert svc.spec.engine.gpu_memory_utilization == "auto"
+    assert svc.spec.engine.prefix_caching is True
+    assert svc.spec.replicas == 1 and not svc.spec.autoscaling_enabled
+
+
+def test_issue_example_parses() -> None:
+    svc = parse_llamaservice(
+        manifest(
+            accelerator={"type": "a100-80gb", "mig": "1g.10gb", "count": 1},
+            engine={"dtype": "auto", "quantization": "none", "maxModelLen": 8192, "maxNumSeqs": "auto",
+                    "gpuMemoryUtilization": "auto", "prefixCaching": True, "extraArgs": []},
+            autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8,
+                         "slo": {"ttftSeconds": 0.5, "percentile": 95, "queueDepthPerReplica": 4}},
+        )
+    )
+    assert svc.spec.autoscaling_enabled
+    assert svc.spec.accelerator.mig == "1g.10gb"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}, "spec.autoscaling: autoscaling.minReplicas (3)"),
+        ({"accelerator": {"type": "t4", "mig": "1g.10gb"}}, "accelerator.mig is only valid on"),
+        ({"accelerator": {"type": "a100-40gb", "mig": "1g.10gb"}}, "use one of 1g.5gb"),
+        ({"accelerator": {"type": "a100-80gb", "mig": "1g.10gb", "count": 2}}, "count must be 1 with a MIG"),
+        ({"accelerator": {"type": "tpu"}}, "spec.accelerator.type"),
+        ({"autoscaling": {"slo": {"ttftSeconds": -1}}}, "spec.autoscaling.slo.ttftSeconds"),
+        ({"engine": {"maxNumSeqs": 0}}, "maxNumSeqs must be 'auto' or between 1 and 4096"),
+        ({"engine": {"gpuMemoryUtilization": 1.5}}, "gpuMemoryUtilization must be 'auto' or between"),
+        ({"engine": {"bogus": 1}}, "spec.engine.bogus"),
+    ],
+)
+def test_invalid_specs_name_the_field(spec: dict[str, Any], expected: str) -> None:
+    with pytest.raises(InvalidSpecError) as err:
+        parse_llamaservice(manifest(**spec))
+    assert expected in str(err.value)
+
+
+def test_model_is_required() -> None:
+    with pytest.raises(InvalidSpecError, match=r"spec\.model: Field required"):
+        parse_spec({})
