@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 
 class Settings(BaseModel):
     """Everything the operator reads from its own configuration; pure data, parsed at the edge."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
     mig_strategy: Literal["mixed", "single"] = "mixed"
     price_overrides: dict[str, float] = Field(default_factory=dict)
