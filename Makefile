@@ -1,0 +1,57 @@
+# Everything a developer or CI runs. `make demo` and `make test` are the README's quick start.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
+
+.PHONY: setup lint crd unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench
+
+$(VENV)/.installed: pyproject.toml
+	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check uv
+	$(VENV)/bin/uv pip install --python $(PY) -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+lint: setup
+	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+crd: setup
+	$(VENV)/bin/llama-operator crd > crds/llamaservices.serving.llama-operator.dev.yaml
+	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
+
+unit: setup
+	$(VENV)/bin/pytest tests
+
+vllm-env:
+	bash e2e/vllm/install.sh
+
+cluster-up:
+	bash e2e/cluster.sh up
+
+cluster-down:
+	bash e2e/cluster.sh down
+
+cluster-status:
+	bash e2e/cluster.sh status
+
+e2e: setup cluster-up
+	$(VENV)/bin/pytest e2e
+
+# The whole suite as CI runs it: lint, unit, real vLLM, local cluster, end-to-end; the cluster is
+# stopped afterwards whatever happens.
+test:
+	bash e2e/run-tests.sh
+
+demo: setup
+	bash e2e/demo.sh up
+
+demo-down:
+	bash e2e/demo.sh down
+
+bench: setup
+	$(VENV)/bin/llama-operator bench --out bench-out
