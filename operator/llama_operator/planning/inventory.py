@@ -1,0 +1,236 @@
+"""What accelerators a cluster offers, read from Node objects (as plain dicts).
+
+Nodes come from the API server or from YAML files (offline planning); either way they are
+v1 Node manifests labelled by the NVIDIA GPU Operator (GPU Feature Discovery, MIG manager):
+`nvidia.com/gpu.product`, `nvidia.com/gpu.memory` (MiB), `nvidia.com/mig.strategy`,
+`nvidia.com/mig.config.state`, `nvidia.com/mig-<profile>.memory`, and allocatable
+`nvidia.com/gpu` / `nvidia.com/mig-<profile>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llama_operator.api.spec import AcceleratorType
+from llama_operator.catalog.accelerators import MIB, accelerator_for_product, mig_resource_name
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+MIG_STATE_SUCCESS = "success"
+MIXED = "mixed"
+SINGLE = "single"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one node offers of one accelerator kind: full GPUs, or slices of one MIG profile."""
+
+    node: str
+    accelerator: AcceleratorType
+    product: str  # the node's `nvidia.com/gpu.product` value
+    mig_profile: str | None
+    mig_strategy: str | None  # 'mixed' | 'single' for slices, None for full GPUs and CPU
+    resource: str  # the extended resource a pod requests ('cpu' for CPU nodes)
+    allocatable: int
+    memory_bytes: int | None  # per device (GPU or slice) from the node's labels, when labelled
+
+    @property
+    def parent_product(self) -> str:
+        """The full GPU's product label (single-strategy nodes label the slice instead)."""
+        index = self.product.upper().find("-MIG-")
+        return self.product if index < 0 else self.product[:index]
+
+
+@dataclass(frozen=True)
+class SkippedNode:
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Offers of the nodes that can take a vLLM pod now, and the nodes left out (with why)."""
+
+    offers: tuple[Offer, ...] = ()
+    skipped: tuple[SkippedNode, ...] = ()
+
+    def gpu_offers(self, accelerator: AcceleratorType, *, min_count: int = 1) -> tuple[Offer, ...]:
+        """Nodes with at least `min_count` whole GPUs of a type allocatable."""
+        return tuple(
+            o
+            for o in self.offers
+            if o.accelerator == accelerator and o.mig_profile is None and o.allocatable >= min_count
+        )
+
+    def mig_offers(
+        self, accelerator: AcceleratorType, profile: str, strategy: str | None = None
+    ) -> tuple[Offer, ...]:
+        """Nodes with a slice of `profile` allocatable (in `strategy` when given)."""
+        return tuple(
+            o
+            for o in self.offers
+            if o.accelerator == accelerator
+            and o.mig_profile == profile
+            and (strategy is None or o.mig_strategy == strategy)
+            and o.allocatable >= 1
+        )
+
+    def cpu_offers(self) -> tuple[Offer, ...]:
+        return tuple(o for o in self.offers if o.accelerator == AcceleratorType.CPU)
+
+    def describe(self) -> str:
+        """Short human summary of what is present, for error messages."""
+        if not self.offers:
+            return "no node offers an accelerator"
+        kinds: dict[str, int] = {}
+        for o in self.offers:
+            if o.accelerator == AcceleratorType.CPU:
+                key = "cpu"
+            elif o.mig_profile is None:
+                key = o.accelerator.value
+            else:
+                key = f"{o.accelerator.value}/{o.mig_profile} ({o.mig_strategy})"
+            kinds[key] = kinds.get(key, 0) + o.allocatable
+        return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+
+
+def _quantity_int(value: Any) -> int:
+    """Integer of a Kubernetes quantity as found in allocatable ('4', 4, '3500m', '8Gi' -> whole units)."""
+    text = str(value).strip()
+    if text.endswith("m") and text[:-1].isdigit():
+        return int(text[:-1]) // 1000
+    try:
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
+def _label_mib(labels: Mapping[str, str], key: str) -> int | None:
+    value = labels.get(key)
+    if value is None:
+        return None
+    try:
+        mib = int(str(value).strip())
+    except ValueError:
+        return None
+    return mib * MIB if mib > 0 else None
+
+
+def _node_offers(node: Mapping[str, Any]) -> tuple[list[Offer], str | None]:
+    """Offers of one node, or a reason it offers nothing."""
+    metadata = node.get("metadata") or {}
+    name = str(metadata.get("name", "<unnamed>"))
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    allocatable: Mapping[str, Any] = status.get("allocatable") or status.get("capacity") or {}
+
+    if spec.get("unschedulable"):
+        return [], "cordoned (spec.unschedulable)"
+
+    product = labels.get(PRODUCT_LABEL)
+    mig_resources = {k: _quantity_int(v) for k, v in allocatable.items() if k.startswith(MIG_RESOURCE_PREFIX)}
+    mig_state = labels.get(MIG_CONFIG_STATE_LABEL)
+    # A pod placed before the MIG manager reports success can grab a whole GPU: such nodes offer nothing.
+    if mig_state is not None and mig_state != MIG_STATE_SUCCESS:
+        return [], f"{MIG_CONFIG_STATE_LABEL}={mig_state} (MIG reconfiguration not done)"
+    # Slices are only offered once the MIG manager said success (plans require that label).
+    mig_ready = mig_state == MIG_STATE_SUCCESS
+
+    if product is None:
+        cpus = _quantity_int(allocatable.get("cpu", 0))
+        if _quantity_int(allocatable.get(GPU_RESOURCE, 0)) > 0:
+            return [], f"allocatable {GPU_RESOURCE} but no {PRODUCT_LABEL} label"
+        if cpus <= 0:
+            return [], "no allocatable cpu"
+        cpu_offer = Offer(
+            node=name,
+            accelerator=AcceleratorType.CPU,
+            product="",
+            mig_profile=None,
+            mig_strategy=None,
+            resource="cpu",
+            allocatable=cpus,
+            memory_bytes=None,
+        )
+        return [cpu_offer], None
+
+    matched = accelerator_for_product(product)
+    if matched is None:
+        return [], f"{PRODUCT_LABEL}={product} is not in the accelerator catalog"
+    found, single_profile = matched
+    offers: list[Offer] = []
+    gpus = _quantity_int(allocatable.get(GPU_RESOURCE, 0))
+    if single_profile is not None:
+        # Single strategy: every `nvidia.com/gpu` on this node is a slice named by the product label.
+        if gpus > 0 and mig_ready:
+            offers.append(
+                Offer(
+                    node=name,
+                    accelerator=found.type,
+                    product=product,
+                    mig_profile=single_profile,
+                    mig_strategy=SINGLE,
+                    resource=GPU_RESOURCE,
+                    allocatable=gpus,
+                    memory_bytes=_label_mib(labels, GPU_MEMORY_LABEL),
+                )
+            )
+    else:
+        if gpus > 0:
+            offers.append(
+                Offer(
+                    node=name,
+                    accelerator=found.type,
+                    product=product,
+                    mig_profile=None,
+                    mig_strategy=None,
+                    resource=GPU_RESOURCE,
+                    allocatable=gpus,
+                    memory_bytes=_label_mib(labels, GPU_MEMORY_LABEL),
+                )
+            )
+        known_profiles = {p.name for p in found.mig_profiles}
+        for resource, count in sorted(mig_resources.items()):
+            profile = resource[len(MIG_RESOURCE_PREFIX) :]
+            if count <= 0 or profile not in known_profiles or not mig_ready:
+                continue
+            offers.append(
+                Offer(
+                    node=name,
+                    accelerator=found.type,
+                    product=product,
+                    mig_profile=profile,
+                    mig_strategy=MIXED,
+                    resource=mig_resource_name(profile),
+                    allocatable=count,
+                    memory_bytes=_label_mib(labels, f"{MIG_RESOURCE_PREFIX}{profile}.memory"),
+                )
+            )
+    if not offers:
+        if (single_profile is not None or mig_resources) and not mig_ready:
+            return [], f"MIG slices but no {MIG_CONFIG_STATE_LABEL}={MIG_STATE_SUCCESS} label"
+        return [], f"{product} with nothing allocatable"
+    return offers, None
+
+
+def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
+    """Build the inventory from v1 Node objects as plain dicts (API server JSON or YAML manifests)."""
+    offers: list[Offer] = []
+    skipped: list[SkippedNode] = []
+    for node in nodes:
+        if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
+            continue
+        node_offers, reason = _node_offers(node)
+        offers.extend(node_offers)
+        if reason is not None:
+            name = str((node.get("metadata") or {}).get("name", "<unnamed>"))
+            skipped.append(SkippedNode(node=name, reason=reason))
+    offers.sort(key=lambda o: (o.node, o.resource))
+    return Inventory(offers=tuple(offers), skipped=tuple(skipped))

@@ -1,0 +1,770 @@
+"""LlamaService spec -> Plan: the accelerator, its placement, and the vLLM flags sized for it.
+
+Pure: the node inventory comes in as an argument, configuration as a frozen dataclass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
+from llama_operator.api.spec import AcceleratorType, DType, LlamaServiceSpec, Quantization
+from llama_operator.catalog.accelerators import (
+    ACCELERATORS,
+    FP8_MIN_CAPABILITY,
+    GIB,
+    Accelerator,
+    MigProfile,
+    accelerator,
+    mig_resource_name,
+    mig_slice_product,
+)
+from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
+from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.extra_args import ExtraArgs, parse_extra_args
+from llama_operator.planning.inventory import (
+    GPU_RESOURCE,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_STATE_SUCCESS,
+    MIXED,
+    PRODUCT_LABEL,
+    SINGLE,
+    Inventory,
+    Offer,
+)
+from llama_operator.planning.sizing import (
+    KV_BLOCK_TOKENS,
+    GpuMemorySizing,
+    auto_max_num_seqs,
+    kv_tokens_in,
+    largest_max_model_len,
+    size_gpu_memory,
+    weight_bytes,
+)
+
+__all__ = [
+    "DEFAULT_CPU_IMAGE",
+    "DEFAULT_GPU_IMAGE",
+    "Candidate",
+    "PlanningConfig",
+    "PlanningError",
+    "catalog_candidate",
+    "catalog_candidates",
+    "plan_service",
+]
+
+VLLM_VERSION = "v0.32.0"
+# vLLM's CUDA image on Docker Hub (docs: deployment/docker).
+DEFAULT_GPU_IMAGE = f"vllm/vllm-openai:{VLLM_VERSION}"
+# vLLM's x86 CPU image on Docker Hub (docs: getting_started/installation/cpu, "pre-built images":
+# vllm/vllm-openai-cpu:v${VLLM_VERSION}-x86_64).
+DEFAULT_CPU_IMAGE = f"vllm/vllm-openai-cpu:{VLLM_VERSION}-x86_64"
+DEFAULT_MODEL_CACHE_PATH = "/models"
+SERVER_HOST = "0.0.0.0"
+SERVER_PORT = 8000
+
+# T4 (sm_75) has no FlashAttention-2: vLLM 0.32's FLASH_ATTN backend requires compute capability
+# >= 8.0. TRITON_ATTN accepts any compute capability (vllm/v1/attention/backends/triton_attn.py,
+# supports_compute_capability -> True) and needs no JIT-compiled kernels. vLLM 0.32 selects it with
+# the --attention-backend flag; the VLLM_ATTENTION_BACKEND variable was deprecated (vLLM PR 26315)
+# and is no longer read.
+PRE_AMPERE_ATTENTION_BACKEND = "TRITON_ATTN"
+TRITON_ATTENTION_MIN_HEAD_DIM = 32
+
+GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+# States of the MIG manager in which a pod must not land (it could grab a whole GPU).
+MIG_NOT_READY_STATES = ("pending", "rebooting", "failed")
+
+# Host resources of a GPU replica: the API server, tokenizer and weight loading run on the CPU;
+# safetensors are read through the page cache, so half the per-replica weights is ample.
+GPU_REPLICA_BASE_CPUS = 2
+GPU_REPLICA_CPUS_PER_GPU = 2
+GPU_REPLICA_BASE_MEMORY_BYTES = 4 * GIB
+GPU_REPLICA_WEIGHT_MEMORY_SHARE = 0.5
+# A CPU replica holds weights and KV space in host memory, plus the Python runtime and buffers.
+CPU_REPLICA_RUNTIME_BYTES = 2 * GIB
+
+TENSOR_PARALLEL_COUNTS = (1, 2, 4, 8)
+
+MigStrategy = Literal["mixed", "single"]
+
+
+@dataclass(frozen=True)
+class PlanningConfig:
+    """Operator configuration the planner reads."""
+
+    mig_strategy: MigStrategy = "mixed"
+    # Relative price per hour overrides, keyed by accelerator type ('t4') or slice ('a100-80gb/1g.10gb').
+    price_overrides: Mapping[str, float] = field(default_factory=dict)
+    gpu_image: str = DEFAULT_GPU_IMAGE
+    cpu_image: str = DEFAULT_CPU_IMAGE
+    # KV-cache space of a CPU replica (vLLM's VLLM_CPU_KVCACHE_SPACE, GiB).
+    cpu_kv_cache_gib: int = 4
+    cpu_replica_cpus: int = 4
+    model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
+    gpu_memory_utilization: float = 0.90
+    # Without spec.engine.maxModelLen, an accelerator fits only if its KV cache holds a sequence this long
+    # (or the model's whole context, when shorter).
+    min_context_tokens: int = 4096
+    # Sequence length that automatic maxNumSeqs assumes for a typical request (prompt + output).
+    typical_sequence_tokens: int = 2048
+    max_auto_num_seqs: int = 256
+    max_auto_num_seqs_cpu: int = 16
+    # Whether accelerator.type auto may choose a CPU replica (slow: off unless asked for).
+    auto_includes_cpu: bool = False
+    max_gpus_per_replica: int = 8
+
+    def price(self, accel: Accelerator, mig: MigProfile | None) -> float:
+        """Relative price per hour of one device: a GPU, a MIG slice or a CPU replica."""
+        if mig is not None:
+            override = self.price_overrides.get(f"{accel.type.value}/{mig.name}")
+            if override is not None:
+                return override
+        base = self.price_overrides.get(accel.type.value, accel.price_per_hour)
+        return base * mig.gpu_fraction if mig is not None else base
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a replica: `count` GPUs of a type, one MIG slice, or a CPU replica."""
+
+    accelerator: Accelerator
+    mig: MigProfile | None
+    count: int
+    device_memory_bytes: int
+
+    @property
+    def name(self) -> str:
+        if self.mig is not None:
+            return f"{self.accelerator.type.value}/{self.mig.name}"
+        if self.count > 1:
+            return f"{self.count}x{self.accelerator.type.value}"
+        return self.accelerator.type.value
+
+    def price(self, config: PlanningConfig) -> float:
+        return config.price(self.accelerator, self.mig) * self.count
+
+
+def catalog_candidate(accel: Accelerator, mig: MigProfile | None = None, count: int = 1) -> Candidate:
+    memory = mig.memory_bytes if mig is not None else accel.memory_bytes
+    return Candidate(accelerator=accel, mig=mig, count=count, device_memory_bytes=memory)
+
+
+def catalog_candidates(config: PlanningConfig, *, include_cpu: bool) -> list[Candidate]:
+    """Every GPU (in tensor-parallel counts), every MIG slice, and optionally a CPU replica."""
+    candidates: list[Candidate] = []
+    for accel in ACCELERATORS.values():
+        if not accel.is_gpu:
+            if include_cpu:
+                candidates.append(catalog_candidate(accel))
+            continue
+        candidates.extend(
+            catalog_candidate(accel, count=n)
+            for n in TENSOR_PARALLEL_COUNTS
+            if n <= config.max_gpus_per_replica
+        )
+        candidates.extend(catalog_candidate(accel, mig=profile) for profile in accel.mig_profiles)
+    return candidates
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What the spec asks for, resolved once for every candidate."""
+
+    model_name: str
+    shape: ModelShape
+    dtype: DType
+    quantization: Quantization
+    max_model_len: int | None
+    max_num_seqs: int | None
+    gpu_memory_utilization: float | None
+    extra: ExtraArgs
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """A candidate that can run the request, with its engine settings."""
+
+    candidate: Candidate
+    dtype: str
+    kv_dtype_bytes: int
+    weight_bytes: int
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    gpu: GpuMemorySizing | None
+    memory_request_bytes: int
+    notes: tuple[str, ...]
+
+
+class _DoesNotFitError(PlanningError):
+    """The candidate lacks memory (as opposed to lacking a capability the spec needs)."""
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return 4 if dtype == DType.FLOAT32.value else 2
+
+
+def _resolve_dtype(request: _Request, accel: Accelerator) -> tuple[str, list[str]]:
+    notes: list[str] = []
+    if request.dtype == DType.AUTO:
+        if request.quantization in (Quantization.AWQ, Quantization.GPTQ):
+            notes.append("dtype half: AWQ/GPTQ checkpoints carry fp16 scales")
+            return DType.HALF.value, notes
+        if not accel.is_gpu:
+            notes.append("dtype bfloat16: vLLM's CPU build runs bfloat16 natively")
+            return DType.BFLOAT16.value, notes
+        if accel.supports_bf16:
+            return DType.BFLOAT16.value, notes
+        notes.append(f"dtype half: {accel.type.value} ({accel.compute_capability}) has no bfloat16")
+        return DType.HALF.value, notes
+    if request.dtype == DType.BFLOAT16 and not accel.supports_bf16:
+        raise PlanningError(
+            f"engine.dtype bfloat16 is not supported on {accel.type.value} ({accel.compute_capability}; "
+            "bfloat16 "
+            "needs compute capability 8.0 or newer): use dtype half or auto"
+        )
+    return request.dtype.value, notes
+
+
+def _kv_dtype_bytes(request: _Request, accel: Accelerator, dtype: str) -> int:
+    kv_dtype = request.extra.kv_cache_dtype
+    if kv_dtype is None or kv_dtype == "auto":
+        return _dtype_bytes(dtype)
+    if kv_dtype.startswith("fp8"):
+        if not accel.supports_fp8:
+            where = f"{accel.type.value} ({accel.compute_capability})" if accel.is_gpu else "cpu"
+            raise PlanningError(
+                f"--kv-cache-dtype {kv_dtype} needs FP8 support (compute capability "
+                f"{FP8_MIN_CAPABILITY.major}."
+                f"{FP8_MIN_CAPABILITY.minor} or newer, e.g. l4 or h100-80gb); {where} has none: remove it "
+                "from extraArgs or choose an FP8-capable accelerator"
+            )
+        return 1
+    return 4 if kv_dtype in ("float32", "float") else 2
+
+
+def _check_capabilities(request: _Request, candidate: Candidate) -> None:
+    accel = candidate.accelerator
+    if request.quantization == Quantization.FP8 and not accel.supports_fp8:
+        where = (
+            f"{accel.type.value} is {accel.compute_capability}"
+            if accel.is_gpu
+            else "cpu has no FP8 tensor cores"
+        )
+        raise PlanningError(
+            f"engine.quantization fp8 needs FP8 support (compute capability {FP8_MIN_CAPABILITY.major}."
+            f"{FP8_MIN_CAPABILITY.minor} or newer: sm_89 l4, sm_90 h100-80gb); {where}: use quantization "
+            "none, awq "
+            "or gptq, or accelerator l4 or h100-80gb"
+        )
+    if not accel.is_gpu and candidate.count != 1:
+        raise PlanningError("accelerator.count must be 1 for cpu: a CPU replica runs one vLLM process")
+    tp = candidate.count
+    kv_heads = request.shape.kv_heads
+    if tp > 1 and kv_heads % tp != 0 and tp % kv_heads != 0:
+        raise PlanningError(
+            f"accelerator.count {tp} does not divide the model's {kv_heads} KV heads (tensor parallelism "
+            "splits "
+            "them evenly): use a count that divides or is a multiple of it"
+        )
+    if (
+        accel.is_gpu
+        and not accel.supports_flash_attention_2
+        and request.extra.attention_backend is None
+        and request.shape.head_dim < TRITON_ATTENTION_MIN_HEAD_DIM
+    ):
+        raise PlanningError(
+            f"head dimension {request.shape.head_dim} is below {TRITON_ATTENTION_MIN_HEAD_DIM}, the smallest "
+            f"vLLM's {PRE_AMPERE_ATTENTION_BACKEND} backend (the one that runs on {accel.type.value}) "
+            "supports"
+        )
+
+
+def _required_len(request: _Request, config: PlanningConfig) -> int:
+    if request.max_model_len is not None:
+        return request.max_model_len
+    return min(config.min_context_tokens, request.shape.max_context)
+
+
+def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _Sized:
+    """Size the engine on a candidate, or raise PlanningError (_DoesNotFitError when memory is short)."""
+    _check_capabilities(request, candidate)
+    accel = candidate.accelerator
+    dtype, notes = _resolve_dtype(request, accel)
+    kv_dtype_bytes = _kv_dtype_bytes(request, accel, dtype)
+    shape = request.shape
+    weights = weight_bytes(shape, dtype_bytes=_dtype_bytes(dtype), quantization=request.quantization)
+    required = _required_len(request, config)
+    gpu: GpuMemorySizing | None = None
+
+    if accel.is_gpu:
+        util = request.gpu_memory_utilization or config.gpu_memory_utilization
+        gpu = size_gpu_memory(
+            shape,
+            device_memory_bytes=candidate.device_memory_bytes,
+            tensor_parallel=candidate.count,
+            gpu_memory_utilization=util,
+            weight_bytes=weights,
+            kv_dtype_bytes=kv_dtype_bytes,
+        )
+        kv_tokens = gpu.kv_cache_tokens
+        per_token = gpu.kv_bytes_per_token
+        per_token_per_device = gpu.kv_bytes_per_token_per_device
+        if gpu.kv_budget_bytes_per_device < required * per_token_per_device:
+            needed = gpu.needed_bytes_per_device_without_kv + required * per_token_per_device
+            if gpu.kv_budget_bytes_per_device > 0 and request.max_model_len is not None:
+                largest = largest_max_model_len(kv_tokens, shape.max_context)
+                raise _DoesNotFitError(
+                    f"engine.maxModelLen {request.max_model_len} does not fit on {candidate.name}: its KV "
+                    "cache "
+                    f"holds {kv_tokens} tokens ({_gib(gpu.kv_budget_bytes_per_device)} per GPU at "
+                    f"gpu-memory-utilization {util:.2f}); the largest maxModelLen that fits is {largest}"
+                )
+            per_gpu = " per GPU" if candidate.count > 1 else ""
+            raise _DoesNotFitError(
+                f"{request.model_name} does not fit on {candidate.name}: it needs {_gib(needed)}{per_gpu} "
+                f"(weights {_gib(gpu.weight_bytes_per_device)} in {dtype}"
+                f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
+                f"runtime overhead {_gib(gpu.overhead_bytes_per_device)}, KV cache for {required} tokens "
+                f"{_gib(required * per_token_per_device)}); {candidate.name} has "
+                f"{_gib(candidate.device_memory_bytes)}{per_gpu}, {_gib(gpu.usable_bytes_per_device)} "
+                "usable at "
+                f"gpu-memory-utilization {util:.2f}"
+            )
+        memory_request = GPU_REPLICA_BASE_MEMORY_BYTES + int(weights * GPU_REPLICA_WEIGHT_MEMORY_SHARE)
+        ceiling = config.max_auto_num_seqs
+    else:
+        util = 0.0
+        per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_dtype_bytes
+        kv_space = config.cpu_kv_cache_gib * GIB
+        kv_tokens = kv_tokens_in(kv_space, per_token)
+        if kv_tokens < required:
+            if request.max_model_len is not None:
+                largest = largest_max_model_len(kv_tokens, shape.max_context)
+                raise _DoesNotFitError(
+                    f"engine.maxModelLen {request.max_model_len} does not fit in the CPU replica's KV "
+                    "space of "
+                    f"{config.cpu_kv_cache_gib} GiB ({kv_tokens} tokens); the largest maxModelLen that "
+                    "fits is "
+                    f"{largest}"
+                )
+            raise _DoesNotFitError(
+                f"the CPU replica's KV space of {config.cpu_kv_cache_gib} GiB holds {kv_tokens} tokens of "
+                f"{request.model_name}, fewer than {required}: set engine.maxModelLen to at most "
+                f"{kv_tokens} or "
+                "raise the operator's CPU KV-cache space"
+            )
+        memory_request = weights + kv_space + CPU_REPLICA_RUNTIME_BYTES
+        ceiling = config.max_auto_num_seqs_cpu
+        notes.append(
+            f"cpu: KV cache space {config.cpu_kv_cache_gib} GiB (VLLM_CPU_KVCACHE_SPACE), weights in host "
+            "memory"
+        )
+
+    override = request.extra.num_gpu_blocks_override
+    if override is not None:
+        kv_tokens = override * KV_BLOCK_TOKENS
+        notes.append(f"KV cache fixed by --num-gpu-blocks-override {override}: {kv_tokens} tokens")
+        if request.max_model_len is not None and request.max_model_len > kv_tokens:
+            raise PlanningError(
+                f"engine.maxModelLen {request.max_model_len} exceeds the {kv_tokens} tokens that "
+                f"--num-gpu-blocks-override {override} leaves; the largest maxModelLen that fits is "
+                f"{largest_max_model_len(kv_tokens, shape.max_context)}"
+            )
+
+    if request.max_model_len is not None:
+        max_model_len = request.max_model_len
+    else:
+        max_model_len = largest_max_model_len(kv_tokens, shape.max_context)
+        capped = "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
+        notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
+        if max_model_len < 1:
+            raise _DoesNotFitError(f"no KV cache is left for {request.model_name} on {candidate.name}")
+
+    if request.max_num_seqs is not None:
+        max_num_seqs = request.max_num_seqs
+    else:
+        max_num_seqs = auto_max_num_seqs(
+            kv_tokens, max_model_len, typical_tokens=config.typical_sequence_tokens, ceiling=ceiling
+        )
+        notes.append(
+            f"maxNumSeqs {max_num_seqs}: KV cache of {kv_tokens} tokens / typical sequence of "
+            f"{min(max_model_len, config.typical_sequence_tokens)} tokens, power of two, at most {ceiling}"
+        )
+    return _Sized(
+        candidate=candidate,
+        dtype=dtype,
+        kv_dtype_bytes=kv_dtype_bytes,
+        weight_bytes=weights,
+        kv_bytes_per_token=per_token,
+        kv_cache_tokens=kv_tokens,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=util,
+        gpu=gpu,
+        memory_request_bytes=memory_request,
+        notes=tuple(notes),
+    )
+
+
+def _try_size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _Sized | None:
+    try:
+        return _size(request, candidate, config)
+    except PlanningError:
+        return None
+
+
+def _sort_key(candidate: Candidate, config: PlanningConfig) -> tuple[float, int, int, str]:
+    # Cheapest first; at equal price more memory (more KV cache), then fewer devices, then by name.
+    total_memory = candidate.device_memory_bytes * candidate.count
+    return (round(candidate.price(config), 6), -total_memory, candidate.count, candidate.name)
+
+
+def _smallest_fitting(request: _Request, config: PlanningConfig) -> str:
+    """The smallest catalog GPU option (by memory, then price) that runs the request, for error messages."""
+    fitting = [
+        sized
+        for c in catalog_candidates(config, include_cpu=False)
+        if (sized := _try_size(request, c, config)) is not None
+    ]
+    if not fitting:
+        return (
+            f"no catalog option up to {config.max_gpus_per_replica} GPUs fits it; use quantization or a "
+            "smaller model"
+        )
+    best = min(
+        fitting,
+        key=lambda s: (
+            s.candidate.device_memory_bytes * s.candidate.count,
+            s.candidate.price(config),
+            s.candidate.name,
+        ),
+    )
+    c = best.candidate
+    return (
+        f"the smallest catalog option that fits is {c.name} ({_gib(c.device_memory_bytes * c.count)}, "
+        f"{c.price(config):.2f}/h relative price)"
+    )
+
+
+# --- placement ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Placement:
+    candidate: Candidate
+    mig_strategy: str | None
+    product: str
+    notes: tuple[str, ...]
+
+
+def _pick_product(offers: tuple[Offer, ...], *, use_parent: bool) -> str:
+    totals: dict[str, int] = {}
+    for offer in offers:
+        product = offer.parent_product if use_parent else offer.product
+        totals[product] = totals.get(product, 0) + offer.allocatable
+    return min(totals, key=lambda p: (-totals[p], p))
+
+
+def _with_label_memory(candidate: Candidate, offers: tuple[Offer, ...]) -> Candidate:
+    """Size from the memory the nodes label (NVML inside a slice may report the parent GPU's)."""
+    labelled = [o.memory_bytes for o in offers if o.memory_bytes is not None]
+    if not labelled:
+        return candidate
+    return Candidate(
+        accelerator=candidate.accelerator,
+        mig=candidate.mig,
+        count=candidate.count,
+        device_memory_bytes=min(labelled),
+    )
+
+
+def _place(candidate: Candidate, config: PlanningConfig, inventory: Inventory | None) -> _Placement:
+    accel = candidate.accelerator
+    notes: list[str] = []
+    if not accel.is_gpu:
+        return _Placement(candidate=candidate, mig_strategy=None, product="", notes=())
+    if candidate.mig is not None:
+        profile = candidate.mig.name
+        strategy: str = config.mig_strategy
+        offers: tuple[Offer, ...] = ()
+        if inventory is not None:
+            offers = inventory.mig_offers(accel.type, profile, strategy)
+            if not offers:
+                other = SINGLE if strategy == MIXED else MIXED
+                other_offers = inventory.mig_offers(accel.type, profile, other)
+                if other_offers:
+                    notes.append(
+                        f"MIG strategy {other}: the nodes offering {profile} use it (operator default "
+                        f"{strategy})"
+                    )
+                    strategy, offers = other, other_offers
+            if not offers:
+                notes.append(f"no node offers {candidate.name} now; the pod waits until one does")
+        if offers:
+            product = _pick_product(offers, use_parent=True)
+            candidate = _with_label_memory(candidate, offers)
+        else:
+            product = accel.canonical_product
+        if strategy == SINGLE:
+            product = mig_slice_product(product, profile)
+        return _Placement(candidate=candidate, mig_strategy=strategy, product=product, notes=tuple(notes))
+
+    offers = inventory.gpu_offers(accel.type, min_count=candidate.count) if inventory is not None else ()
+    if offers:
+        product = _pick_product(offers, use_parent=False)
+        candidate = _with_label_memory(candidate, tuple(o for o in offers if o.product == product))
+    else:
+        product = accel.canonical_product
+        if inventory is not None:
+            notes.append(
+                f"no node has {candidate.count} {accel.type.value} GPU(s) allocatable now; the pod waits "
+                "for one"
+            )
+    return _Placement(candidate=candidate, mig_strategy=None, product=product, notes=tuple(notes))
+
+
+def _present(candidate: Candidate, inventory: Inventory) -> bool:
+    accel = candidate.accelerator
+    if not accel.is_gpu:
+        return bool(inventory.cpu_offers())
+    if candidate.mig is not None:
+        return bool(inventory.mig_offers(accel.type, candidate.mig.name))
+    return bool(inventory.gpu_offers(accel.type, min_count=candidate.count))
+
+
+# --- vLLM arguments -------------------------------------------------------------------------------
+
+
+def _vllm_args(
+    spec: LlamaServiceSpec, served_name: str, sized: _Sized, config: PlanningConfig, request: _Request
+) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    accel = sized.candidate.accelerator
+    args = [
+        "--model",
+        spec.model.name,
+        "--served-model-name",
+        served_name,
+        "--host",
+        SERVER_HOST,
+        "--port",
+        str(SERVER_PORT),
+        "--dtype",
+        sized.dtype,
+        "--max-model-len",
+        str(sized.max_model_len),
+        "--max-num-seqs",
+        str(sized.max_num_seqs),
+    ]
+    if accel.is_gpu:
+        args += ["--gpu-memory-utilization", f"{sized.gpu_memory_utilization:.2f}"]
+    if sized.candidate.count > 1:
+        args += ["--tensor-parallel-size", str(sized.candidate.count)]
+    args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
+    quantization = request.quantization
+    if quantization in (Quantization.FP8, Quantization.BITSANDBYTES):
+        # In-flight quantization of a 16-bit checkpoint: vLLM must be told.
+        args += ["--quantization", quantization.value]
+    elif quantization in (Quantization.AWQ, Quantization.GPTQ):
+        # The checkpoint's quantization_config names the method; naming it here would force vLLM's
+        # slower non-Marlin kernel on sm_80+ GPUs.
+        notes.append(
+            f"quantization {quantization.value}: vLLM reads it from the checkpoint and picks the kernel"
+        )
+    if spec.model.cache is not None:
+        args += ["--download-dir", config.model_cache_path]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    if accel.is_gpu and not accel.supports_flash_attention_2:
+        if request.extra.attention_backend is None:
+            args += ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
+            notes.append(
+                f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type.value} "
+                f"({accel.compute_capability}) has no FlashAttention-2"
+            )
+        else:
+            notes.append(f"attention backend {request.extra.attention_backend} from extraArgs")
+    args += list(request.extra.args)
+    return args, notes
+
+
+# --- entry point ----------------------------------------------------------------------------------
+
+
+def _request(spec: LlamaServiceSpec) -> _Request:
+    try:
+        shape = model_shape(spec.model.name, spec.model.architecture)
+    except UnknownModelError as error:
+        raise PlanningError(str(error)) from None
+    engine = spec.engine
+    if engine.max_model_len is not None and engine.max_model_len > shape.max_context:
+        raise PlanningError(
+            f"engine.maxModelLen {engine.max_model_len} exceeds the context of {spec.model.name} "
+            f"({shape.max_context} tokens): set it to at most {shape.max_context}"
+        )
+    return _Request(
+        model_name=spec.model.name,
+        shape=shape,
+        dtype=engine.dtype,
+        quantization=engine.quantization,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
+        gpu_memory_utilization=None
+        if engine.gpu_memory_utilization == "auto"
+        else engine.gpu_memory_utilization,
+        extra=parse_extra_args(engine.extra_args),
+    )
+
+
+def _choose_auto(
+    request: _Request, config: PlanningConfig, inventory: Inventory | None
+) -> tuple[_Sized, list[str]]:
+    candidates = sorted(
+        catalog_candidates(config, include_cpu=config.auto_includes_cpu), key=lambda c: _sort_key(c, config)
+    )
+    notes: list[str] = []
+    if inventory is not None:
+        present = [c for c in candidates if _present(c, inventory)]
+    else:
+        present = candidates
+        notes.append("no node inventory: chose the cheapest catalog option; it may not exist in the cluster")
+    for catalog_option in present:
+        # Size with the memory the nodes label, when they do.
+        candidate = (
+            _place(catalog_option, config, inventory).candidate if inventory is not None else catalog_option
+        )
+        sized = _try_size(request, candidate, config)
+        if sized is not None:
+            where = "present in the cluster " if inventory is not None else ""
+            notes.append(
+                f"auto: {candidate.name} is the cheapest option {where}that fits "
+                f"({candidate.price(config):.2f}/h relative price)"
+            )
+            return sized, notes
+    if inventory is not None:
+        raise PlanningError(
+            f"no accelerator present in the cluster fits {request.model_name} (present: "
+            f"{inventory.describe()}); "
+            f"{_smallest_fitting(request, config)}"
+        )
+    raise PlanningError(
+        f"no accelerator in the catalog fits {request.model_name}: {_smallest_fitting(request, config)}"
+    )
+
+
+def _explicit_candidate(spec: LlamaServiceSpec) -> Candidate:
+    accel = accelerator(spec.accelerator.type)
+    mig = accel.mig_profile(spec.accelerator.mig) if spec.accelerator.mig is not None else None
+    return catalog_candidate(accel, mig=mig, count=spec.accelerator.count)
+
+
+def plan_service(
+    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
+) -> Plan:
+    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
+
+    Raises PlanningError with a message the user can act on when the spec cannot work.
+    """
+    request = _request(spec)
+    notes: list[str] = []
+    if spec.accelerator.type == AcceleratorType.AUTO:
+        sized, auto_notes = _choose_auto(request, config, inventory)
+        notes += auto_notes
+        placement = _place(sized.candidate, config, inventory)
+    else:
+        candidate = _explicit_candidate(spec)
+        placement = _place(candidate, config, inventory)
+        try:
+            sized = _size(request, placement.candidate, config)
+        except _DoesNotFitError as error:
+            raise PlanningError(f"{error.message}; {_smallest_fitting(request, config)}") from None
+    notes += placement.notes
+    notes += sized.notes
+    candidate = sized.candidate
+    accel = candidate.accelerator
+    served_name = spec.model.served_name or name
+    args, arg_notes = _vllm_args(spec, served_name, sized, config, request)
+    notes += arg_notes
+
+    resources: dict[str, str] = {}
+    node_selector: dict[str, str] = {}
+    node_affinity: list[NodeSelectorTerm] = []
+    tolerations: list[Toleration] = []
+    env: dict[str, str] = {}
+    if accel.is_gpu:
+        tolerations.append(GPU_TOLERATION)
+        node_selector[PRODUCT_LABEL] = placement.product
+        if candidate.mig is not None and placement.mig_strategy == MIXED:
+            resources[mig_resource_name(candidate.mig.name)] = "1"
+        else:
+            resources[GPU_RESOURCE] = str(candidate.count)
+        if candidate.mig is not None:
+            node_affinity.append(
+                NodeSelectorTerm(
+                    match_expressions=[
+                        NodeSelectorRequirement(
+                            key=MIG_CONFIG_STATE_LABEL, operator="In", values=[MIG_STATE_SUCCESS]
+                        )
+                    ]
+                )
+            )
+        elif accel.mig_profiles:
+            node_affinity.append(
+                NodeSelectorTerm(
+                    match_expressions=[
+                        NodeSelectorRequirement(
+                            key=MIG_CONFIG_STATE_LABEL, operator="NotIn", values=list(MIG_NOT_READY_STATES)
+                        )
+                    ]
+                )
+            )
+        cpu_request = GPU_REPLICA_BASE_CPUS + GPU_REPLICA_CPUS_PER_GPU * candidate.count
+        image = config.gpu_image
+    else:
+        node_selector["kubernetes.io/arch"] = "amd64"  # the CPU image is built for x86_64
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
+        cpu_request = config.cpu_replica_cpus
+        image = config.cpu_image
+
+    memory_bytes = (
+        candidate.device_memory_bytes * candidate.count if accel.is_gpu else sized.memory_request_bytes
+    )
+    return Plan(
+        accelerator=accel.type.value,
+        mig=candidate.mig.name if candidate.mig is not None else None,
+        mig_strategy=placement.mig_strategy,
+        count=candidate.count,
+        display_name=candidate.name,
+        memory_bytes=memory_bytes,
+        price_per_hour=round(candidate.price(config), 4),
+        image=spec.engine.image or image,
+        resources=resources,
+        cpu_request=str(cpu_request),
+        memory_request=f"{math.ceil(sized.memory_request_bytes / GIB)}Gi",
+        node_selector=node_selector,
+        node_affinity=node_affinity,
+        tolerations=tolerations,
+        served_model_name=served_name,
+        vllm_args=args,
+        vllm_env=env,
+        dtype=sized.dtype,
+        max_model_len=sized.max_model_len,
+        max_num_seqs=sized.max_num_seqs,
+        gpu_memory_utilization=sized.gpu_memory_utilization,
+        weight_bytes=sized.gpu.weight_bytes_per_device if sized.gpu is not None else sized.weight_bytes,
+        kv_bytes_per_token=sized.kv_bytes_per_token,
+        kv_cache_tokens=sized.kv_cache_tokens,
+        max_concurrency=round(sized.kv_cache_tokens / sized.max_model_len, 2) if sized.max_model_len else 0.0,
+        notes=notes,
+    )
