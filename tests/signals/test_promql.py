@@ -1,0 +1,91 @@
+"""Turning Prometheus results into Signals: idle vs no data, renamed metrics, per-service percentiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_operator.autoscale.promql import (
+    KV_CACHE_METRICS,
+    ServiceView,
+    SignalLabels,
+    assemble_signals,
+    resolve_kv_metric,
+    signal_queries,
+)
+from llama_operator.autoscale.signals import SignalStatus
+
+L = SignalLabels()
+A = ("team-a", "chat")
+B = ("team-b", "code")
+
+
+def lab(key: tuple[str, str], **extra: str) -> dict[str, str]:
+    return {"namespace": key[0], "llamaservice": key[1], **extra}
+
+
+def view(percentile: float = 95, ready: int = 2) -> ServiceView:
+    return ServiceView(percentile=percentile, ready_replicas=ready, starting_replicas=1, current_replicas=ready + 1)
+
+
+def buckets(key: tuple[str, str], per_bucket: dict[str, float]) -> list[tuple[dict[str, str], float]]:
+    running = 0.0
+    out = []
+    for le, count in per_bucket.items():
+        running += count
+        out.append((lab(key, le=le), running))
+    return out
+
+
+def test_one_query_per_signal_grouped_by_service() -> None:
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60)
+    assert all("by (namespace, llamaservice" in q for q in queries.values())
+    assert "rate(vllm:time_to_first_token_seconds_bucket[60s])" in queries["ttft_buckets"]
+
+
+def test_renamed_kv_metric_is_probed() -> None:
+    assert resolve_kv_metric([({"__name__": "vllm:gpu_cache_usage_perc"}, 1.0)]) == "vllm:gpu_cache_usage_perc"
+    assert resolve_kv_metric([({"__name__": "vllm:kv_cache_usage_perc"}, 1.0)]) == "vllm:kv_cache_usage_perc"
+
+
+def test_ok_idle_and_no_data_are_told_apart() -> None:
+    results = {
+        "targets_up": [(lab(A), 2.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 6.0), (lab(B), 0.0)],
+        "running": [(lab(A), 4.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 3.0), (lab(B), 0.0)],
+        "ttft_buckets": buckets(A, {"0.25": 50, "0.5": 30, "1.0": 15, "2.5": 5, "+Inf": 0}),
+        "kv_cache": [(lab(A), 0.5)],
+    }
+    c = ("team-c", "down")
+    signals = assemble_signals(results, {A: view(), B: view(), c: view()}, L, window_seconds=60)
+    assert signals[A].status is SignalStatus.OK
+    assert signals[A].queue_waiting_total == 6.0 and signals[A].kv_cache_usage == 0.5
+    assert signals[A].ttft_percentile_seconds == pytest.approx(1.0)  # rank 95 ends the (0.5, 1.0] bucket
+    assert signals[A].starting_replicas == 1 and signals[A].ready_replicas == 2
+    assert signals[B].status is SignalStatus.IDLE and signals[B].ttft_percentile_seconds is None
+    assert signals[c].status is SignalStatus.NO_DATA
+
+
+def test_targets_down_is_no_data_even_with_old_rates() -> None:
+    results = {"targets_up": [(lab(A), 0.0)], "waiting": [(lab(A), 0.0)], "request_rate": [(lab(A), 1.0)]}
+    assert assemble_signals(results, {A: view()}, L, window_seconds=60)[A].status is SignalStatus.NO_DATA
+
+
+def test_failed_query_is_no_data() -> None:
+    results = {"targets_up": [(lab(A), 1.0)], "request_rate": [(lab(A), 1.0)]}  # "waiting" failed
+    assert assemble_signals(results, {A: view()}, L, window_seconds=60)[A].status is SignalStatus.NO_DATA
+
+
+def test_percentile_per_service_from_one_bucket_query() -> None:
+    per_bucket = {"0.1": 50, "0.5": 40, "1.0": 9, "+Inf": 1}
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 1.0), (lab(B), 1.0)],
+        "ttft_buckets": buckets(A, per_bucket) + buckets(B, per_bucket),
+    }
+    signals = assemble_signals(results, {A: view(50), B: view(99)}, L, window_seconds=60)
+    p50, p99 = signals[A].ttft_percentile_seconds, signals[B].ttft_percentile_seconds
+    assert p50 is not None and p99 is not None
+    assert p50 == pytest.approx(0.1)
+    assert p99 == pytest.approx(1.0)
