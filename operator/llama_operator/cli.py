@@ -19,6 +19,7 @@ from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
+from llama_operator.sim.commands import register as register_simulator_commands
 
 
 def _load_documents(path: str) -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kopf.cli import main as kopf_main  # imported here: the other commands must not need kopf
+    from kopf.cli import main as kopf_main  # noqa: PLC0415 - only `run` pays for importing kopf
 
     kopf_args = ["run", "--module", "llama_operator.handlers", *args.kopf_args]
     if not any(a in {"-A", "--all-namespaces", "-n", "--namespace"} for a in args.kopf_args):
@@ -125,15 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "plan":
             p.add_argument("-o", "--output", choices=["json", "yaml"], default="json")
         else:
-            p.add_argument("--pod-monitor", action="store_true", help="render a PodMonitor (Prometheus Operator)")
+            p.add_argument(
+                "--pod-monitor", action="store_true", help="render a PodMonitor (Prometheus Operator)"
+            )
         p.set_defaults(func=func)
 
-    try:
-        from llama_operator.sim.commands import register
-    except ImportError:  # the simulator is optional at import time while it is being built
-        pass
-    else:
-        register(sub)
+    register_simulator_commands(sub)
     return parser
 
 

@@ -7,7 +7,13 @@ from typing import Any
 
 import yaml
 
-from llama_operator.api.crd import CHART_CRD_FILE, CRD_FILE, build_crd, render_chart_crd_template, render_crd_yaml
+from llama_operator.api.crd import (
+    CHART_CRD_FILE,
+    CRD_FILE,
+    build_crd,
+    render_chart_crd_template,
+    render_crd_yaml,
+)
 
 FIX = "regenerate with `make crd` (llama-operator crd > crds/...)"
 
@@ -17,7 +23,9 @@ def test_committed_crd_matches_generated(repo: Path) -> None:
 
 
 def test_chart_crd_matches_generated(repo: Path) -> None:
-    assert (repo / CHART_CRD_FILE).read_text() == render_chart_crd_template(), f"{CHART_CRD_FILE} is stale: {FIX}"
+    assert (repo / CHART_CRD_FILE).read_text() == render_chart_crd_template(), (
+        f"{CHART_CRD_FILE} is stale: {FIX}"
+    )
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -50,22 +58,41 @@ def test_api_names_and_subresources() -> None:
     crd = build_crd()
     names = crd["spec"]["names"]
     assert (names["kind"], names["plural"], crd["spec"]["group"]) == (
-        "LlamaService", "llamaservices", "serving.llama-operator.dev",
+        "LlamaService",
+        "llamaservices",
+        "serving.llama-operator.dev",
     )
     assert set(names["shortNames"]) == {"llama", "llamas"}
     version = crd["spec"]["versions"][0]
     assert version["name"] == "v1alpha1"
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
-    assert {c["name"] for c in version["additionalPrinterColumns"]} >= {"Accelerator", "Ready", "TTFT", "Phase", "Age"}
+    assert {c["name"] for c in version["additionalPrinterColumns"]} >= {
+        "Accelerator",
+        "Ready",
+        "TTFT",
+        "Phase",
+        "Age",
+    }
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert spec["accelerator"]["properties"]["type"]["enum"] == [
-        "t4", "a10g", "l4", "a100-40gb", "a100-80gb", "h100-80gb", "cpu", "auto",
+        "t4",
+        "a10g",
+        "l4",
+        "a100-40gb",
+        "a100-80gb",
+        "h100-80gb",
+        "cpu",
+        "auto",
     ]
     rules = [r["rule"] for r in spec["autoscaling"]["x-kubernetes-validations"]]
     assert any("minReplicas <= self.maxReplicas" in r for r in rules)
     # Every spec field explains itself to `kubectl explain`.
     for path, node in _walk(spec):
-        if path.endswith(".properties") or "x-kubernetes-validations" in path or "items" in path.split(".")[-1]:
+        if (
+            path.endswith(".properties")
+            or "x-kubernetes-validations" in path
+            or "items" in path.split(".")[-1]
+        ):
             continue
         if "type" in node or "x-kubernetes-int-or-string" in node:
             assert node.get("description"), f"spec{path} has no description"

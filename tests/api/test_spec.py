@@ -32,10 +32,21 @@ def test_issue_example_parses() -> None:
     svc = parse_llamaservice(
         manifest(
             accelerator={"type": "a100-80gb", "mig": "1g.10gb", "count": 1},
-            engine={"dtype": "auto", "quantization": "none", "maxModelLen": 8192, "maxNumSeqs": "auto",
-                    "gpuMemoryUtilization": "auto", "prefixCaching": True, "extraArgs": []},
-            autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8,
-                         "slo": {"ttftSeconds": 0.5, "percentile": 95, "queueDepthPerReplica": 4}},
+            engine={
+                "dtype": "auto",
+                "quantization": "none",
+                "maxModelLen": 8192,
+                "maxNumSeqs": "auto",
+                "gpuMemoryUtilization": "auto",
+                "prefixCaching": True,
+                "extraArgs": [],
+            },
+            autoscaling={
+                "enabled": True,
+                "minReplicas": 1,
+                "maxReplicas": 8,
+                "slo": {"ttftSeconds": 0.5, "percentile": 95, "queueDepthPerReplica": 4},
+            },
         )
     )
     assert svc.spec.autoscaling_enabled
@@ -45,7 +56,10 @@ def test_issue_example_parses() -> None:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}, "spec.autoscaling: autoscaling.minReplicas (3)"),
+        (
+            {"autoscaling": {"minReplicas": 3, "maxReplicas": 2}},
+            "spec.autoscaling: autoscaling.minReplicas (3)",
+        ),
         ({"accelerator": {"type": "t4", "mig": "1g.10gb"}}, "accelerator.mig is only valid on"),
         ({"accelerator": {"type": "a100-40gb", "mig": "1g.10gb"}}, "use one of 1g.5gb"),
         ({"accelerator": {"type": "a100-80gb", "mig": "1g.10gb", "count": 2}}, "count must be 1 with a MIG"),

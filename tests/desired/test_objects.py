@@ -23,8 +23,9 @@ PLAN = Plan(
     node_selector={"nvidia.com/gpu.product": "A100-SXM4-80GB"},
     node_affinity=[
         NodeSelectorTerm(
-            match_expressions=[NodeSelectorRequirement(key="nvidia.com/mig.config.state", operator="In",
-                                                       values=["success"])]
+            match_expressions=[
+                NodeSelectorRequirement(key="nvidia.com/mig.config.state", operator="In", values=["success"])
+            ]
         )
     ],
     tolerations=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
@@ -46,27 +47,38 @@ def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_every_object_is_owned_and_labelled() -> None:
     state = build_desired_state(service(replicas=2), PLAN, Settings(), pod_monitor=True)
-    assert [o["kind"] for o in state.objects] == ["Service", "PodDisruptionBudget", "PodMonitor", "Deployment"]
+    assert [o["kind"] for o in state.objects] == [
+        "Service",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "Deployment",
+    ]
     for obj in state.objects:
         (owner,) = obj["metadata"]["ownerReferences"]
         assert owner == {
-            "apiVersion": "serving.llama-operator.dev/v1alpha1", "kind": "LlamaService", "name": "chat",
-            "uid": "1234", "controller": True, "blockOwnerDeletion": True,
+            "apiVersion": "serving.llama-operator.dev/v1alpha1",
+            "kind": "LlamaService",
+            "name": "chat",
+            "uid": "1234",
+            "controller": True,
+            "blockOwnerDeletion": True,
         }
         assert obj["metadata"]["labels"][SERVICE_LABEL] == "chat"
         assert obj["metadata"]["namespace"] == "team-a"
 
 
 def test_deployment_shape() -> None:
-    dep = by_kind(build_desired_state(service(replicas=3), PLAN, Settings(), pod_monitor=False).objects)["Deployment"]
+    dep = by_kind(build_desired_state(service(replicas=3), PLAN, Settings(), pod_monitor=False).objects)[
+        "Deployment"
+    ]
     assert dep["spec"]["replicas"] == 3
     assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
-    assert {p: c[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == dict.fromkeys(
-        ("startupProbe", "readinessProbe", "livenessProbe"), "/health"
-    )
+    assert {
+        p: c[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe", "livenessProbe")
+    } == dict.fromkeys(("startupProbe", "readinessProbe", "livenessProbe"), "/health")
     # The startup probe allows the whole model load; liveness stays strict.
     startup = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
     assert startup >= Settings().startup_timeout_seconds
@@ -76,7 +88,9 @@ def test_deployment_shape() -> None:
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["medium"] == "Memory"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms[0]["matchExpressions"][0]["values"] == ["success"]
     assert pod["enableServiceLinks"] is False
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
@@ -86,8 +100,13 @@ def test_deployment_shape() -> None:
 
 
 def test_token_secret_and_cache_claim() -> None:
-    svc = service(model={"name": "meta-llama/Llama-3.2-1B-Instruct", "tokenSecretRef": {"name": "hf"},
-                         "cache": {"persistentVolumeClaim": "models"}})
+    svc = service(
+        model={
+            "name": "meta-llama/Llama-3.2-1B-Instruct",
+            "tokenSecretRef": {"name": "hf"},
+            "cache": {"persistentVolumeClaim": "models"},
+        }
+    )
     dep = by_kind(build_desired_state(svc, PLAN, Settings(), pod_monitor=False).objects)["Deployment"]
     pod = dep["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
@@ -111,10 +130,16 @@ def test_single_replica_has_no_disruption_budget(replicas: int) -> None:
 
 
 def test_drift_detects_hand_edits_but_not_server_defaults() -> None:
-    dep = by_kind(build_desired_state(service(replicas=2), PLAN, Settings(), pod_monitor=False).objects)["Deployment"]
+    dep = by_kind(build_desired_state(service(replicas=2), PLAN, Settings(), pod_monitor=False).objects)[
+        "Deployment"
+    ]
     live = {
         **dep,
-        "spec": {**dep["spec"], "progressDeadlineSeconds": dep["spec"]["progressDeadlineSeconds"], "paused": False},
+        "spec": {
+            **dep["spec"],
+            "progressDeadlineSeconds": dep["spec"]["progressDeadlineSeconds"],
+            "paused": False,
+        },
         "status": {"readyReplicas": 2},
     }
     assert not drifted(dep, live)

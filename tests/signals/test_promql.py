@@ -24,7 +24,9 @@ def lab(key: tuple[str, str], **extra: str) -> dict[str, str]:
 
 
 def view(percentile: float = 95, ready: int = 2) -> ServiceView:
-    return ServiceView(percentile=percentile, ready_replicas=ready, starting_replicas=1, current_replicas=ready + 1)
+    return ServiceView(
+        percentile=percentile, ready_replicas=ready, starting_replicas=1, current_replicas=ready + 1
+    )
 
 
 def buckets(key: tuple[str, str], per_bucket: dict[str, float]) -> list[tuple[dict[str, str], float]]:
@@ -43,7 +45,9 @@ def test_one_query_per_signal_grouped_by_service() -> None:
 
 
 def test_renamed_kv_metric_is_probed() -> None:
-    assert resolve_kv_metric([({"__name__": "vllm:gpu_cache_usage_perc"}, 1.0)]) == "vllm:gpu_cache_usage_perc"
+    assert (
+        resolve_kv_metric([({"__name__": "vllm:gpu_cache_usage_perc"}, 1.0)]) == "vllm:gpu_cache_usage_perc"
+    )
     assert resolve_kv_metric([({"__name__": "vllm:kv_cache_usage_perc"}, 1.0)]) == "vllm:kv_cache_usage_perc"
 
 

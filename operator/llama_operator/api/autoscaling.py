@@ -65,6 +65,10 @@ class AutoscalingStatus(WireModel):
     ] = None
     observed_request_rate: Annotated[float | None, Field(description="Requests per second.")] = None
     last_decision: Annotated[ScalingDecision | None, Field(description="The last decision.")] = None
+    last_reason: Annotated[str | None, Field(description="Reason given at the last evaluation.")] = None
+    last_evaluation_time: Annotated[
+        str | None, Field(description="When signals were last evaluated (RFC 3339).")
+    ] = None
     state: Annotated[AutoscalerState, Field(description="Policy state.")] = Field(
         default_factory=AutoscalerState
     )

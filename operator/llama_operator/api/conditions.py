@@ -49,7 +49,7 @@ def rfc3339(t: datetime) -> str:
 def set_condition(
     conditions: list[Condition],
     *,
-    type: str,  # noqa: A002 - the Kubernetes field name
+    type: str,
     status: ConditionStatus,
     reason: str,
     message: str,
@@ -71,7 +71,8 @@ def set_condition(
                 status=status,
                 reason=reason,
                 message=message,
-                last_transition_time=rfc3339(now) if moved or c.last_transition_time is None
+                last_transition_time=rfc3339(now)
+                if moved or c.last_transition_time is None
                 else c.last_transition_time,
                 observed_generation=generation,
             )
@@ -90,5 +91,5 @@ def set_condition(
     return updated
 
 
-def find_condition(conditions: list[Condition], type: str) -> Condition | None:  # noqa: A002
+def find_condition(conditions: list[Condition], type: str) -> Condition | None:
     return next((c for c in conditions if c.type == type), None)

@@ -168,8 +168,11 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
             for name, prop in value.items():
                 sub = _structural(prop, keep_defaults=keep_defaults)
                 # An optional, non-nullable object defaults to {} so the server fills in its own defaults.
-                if keep_defaults and name not in required and sub.get("type") == "object" and not sub.get(
-                    "nullable"
+                if (
+                    keep_defaults
+                    and name not in required
+                    and sub.get("type") == "object"
+                    and not sub.get("nullable")
                 ):
                     sub.setdefault("default", {})
                 out["properties"][name] = sub

@@ -31,7 +31,9 @@ class Plan(WireModel):
 
     accelerator: Annotated[str, Field(description="Resolved accelerator type (never 'auto').")]
     mig: Annotated[str | None, Field(description="MIG profile, when on a slice.")] = None
-    mig_strategy: Annotated[str | None, Field(description="MIG strategy of the nodes (mixed or single).")] = None
+    mig_strategy: Annotated[str | None, Field(description="MIG strategy of the nodes (mixed or single).")] = (
+        None
+    )
     count: Annotated[int, Field(description="Accelerators per replica (tensor parallel size).")] = 1
     display_name: Annotated[
         str, Field(description="Short name for humans, e.g. a100-80gb/1g.10gb or 2xa10g.")
@@ -44,10 +46,14 @@ class Plan(WireModel):
     ] = Field(default_factory=dict)
     cpu_request: Annotated[str, Field(description="CPU request of the vLLM container.")] = "1"
     memory_request: Annotated[str, Field(description="Memory request of the vLLM container.")] = "4Gi"
-    node_selector: Annotated[dict[str, str], Field(description="Node selector.")] = Field(default_factory=dict)
+    node_selector: Annotated[dict[str, str], Field(description="Node selector.")] = Field(
+        default_factory=dict
+    )
     node_affinity: Annotated[
         list[NodeSelectorTerm],
-        Field(description="Required node affinity terms (ORed), e.g. keeping off nodes whose MIG setup is not done."),
+        Field(
+            description="Required node affinity terms (ORed), e.g. keeping off nodes whose MIG setup is not done."
+        ),
     ] = Field(default_factory=list)
     tolerations: Annotated[list[Toleration], Field(description="Tolerations.")] = Field(default_factory=list)
     served_model_name: Annotated[str, Field(description="Model name clients use.")] = ""

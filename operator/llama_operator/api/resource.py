@@ -46,7 +46,12 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part.startswith(("function-after", "function-before")) or part in {"int", "float", "str", "literal['auto']"}:
+        elif part.startswith(("function-after", "function-before")) or part in {
+            "int",
+            "float",
+            "str",
+            "literal['auto']",
+        }:
             continue
         else:
             path += ("." if path else "") + part

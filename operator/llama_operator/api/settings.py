@@ -21,7 +21,9 @@ class Settings(BaseModel):
     autoscaler_field_manager: str = "llama-operator-autoscaler"
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
-    service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = "llamaservice"
+    service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = (
+        "llamaservice"
+    )
     namespace_label: str = "namespace"
     autoscale_interval_seconds: float = 5.0
     signal_window_seconds: float = 60.0

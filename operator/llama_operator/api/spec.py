@@ -196,7 +196,9 @@ class EngineSpec(WireModel):
     ] = None
     dtype: Annotated[
         DType,
-        Field(description="Weight and activation dtype. 'auto' picks bfloat16 where the GPU has it, else half."),
+        Field(
+            description="Weight and activation dtype. 'auto' picks bfloat16 where the GPU has it, else half."
+        ),
     ] = DType.AUTO
     quantization: Annotated[
         Quantization, Field(description="Weight quantization of the checkpoint, or fp8 on-the-fly.")
@@ -251,7 +253,8 @@ class SLOSpec(WireModel):
     """The latency objective autoscaling keeps."""
 
     ttft_seconds: Annotated[
-        float, Field(description="Time-to-first-token objective in seconds (queue time included).", gt=0, le=600)
+        float,
+        Field(description="Time-to-first-token objective in seconds (queue time included).", gt=0, le=600),
     ] = 0.5
     percentile: Annotated[
         float, Field(description="Percentile of TTFT held to the objective, e.g. 95.", ge=50, le=99.9)
@@ -290,9 +293,14 @@ class LlamaServiceSpec(WireModel):
     accelerator: Annotated[AcceleratorSpec, Field(description="Hardware per replica.")] = Field(
         default_factory=AcceleratorSpec
     )
-    engine: Annotated[EngineSpec, Field(description="vLLM engine settings.")] = Field(default_factory=EngineSpec)
+    engine: Annotated[EngineSpec, Field(description="vLLM engine settings.")] = Field(
+        default_factory=EngineSpec
+    )
     replicas: Annotated[
-        int, Field(description="Replicas when autoscaling is off (the scale subresource maps here).", ge=0, le=1000)
+        int,
+        Field(
+            description="Replicas when autoscaling is off (the scale subresource maps here).", ge=0, le=1000
+        ),
     ] = 1
     autoscaling: Annotated[
         AutoscalingSpec | None, Field(description="SLO autoscaling; absent means a fixed replica count.")

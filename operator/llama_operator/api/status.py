@@ -24,17 +24,19 @@ class Phase(StrEnum):
 class LlamaServiceStatus(WireModel):
     """Observed state of a LlamaService."""
 
-    phase: Annotated[Phase | None, Field(description="Summary: Pending, Progressing, Ready, Degraded or Failed.")] = (
-        None
-    )
+    phase: Annotated[
+        Phase | None, Field(description="Summary: Pending, Progressing, Ready, Degraded or Failed.")
+    ] = None
     observed_generation: Annotated[int | None, Field(description="Last spec generation acted on.")] = None
-    conditions: Annotated[list[Condition], Field(description="Current observations.")] = Field(default_factory=list)
+    conditions: Annotated[list[Condition], Field(description="Current observations.")] = Field(
+        default_factory=list
+    )
     replicas: Annotated[int | None, Field(description="Replicas desired (the Deployment's spec).")] = None
     ready_replicas: Annotated[int | None, Field(description="Replicas ready to serve.")] = None
     updated_replicas: Annotated[int | None, Field(description="Replicas on the current spec.")] = None
-    selector: Annotated[str | None, Field(description="Label selector of the pods (for the scale subresource).")] = (
-        None
-    )
+    selector: Annotated[
+        str | None, Field(description="Label selector of the pods (for the scale subresource).")
+    ] = None
     accelerator: Annotated[str | None, Field(description="Resolved accelerator, for humans.")] = None
     plan: Annotated[Plan | None, Field(description="What the planner decided.")] = None
     autoscaling: Annotated[AutoscalingStatus | None, Field(description="Autoscaler observations.")] = None

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llama_operator.autoscale.signals import SignalStatus, Signals, histogram_quantile
+from llama_operator.autoscale.signals import Signals, SignalStatus, histogram_quantile
 
 # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (deprecated in one minor, removed two later).
 KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -63,7 +63,7 @@ def signal_queries(labels: SignalLabels, *, kv_metric: str, window_seconds: floa
         "prompt_tokens": f"sum by ({by}) (rate(vllm:prompt_tokens_total[{w}]))",
         "generation_tokens": f"sum by ({by}) (rate(vllm:generation_tokens_total[{w}]))",
         # Scrape health of the service's targets: up is 1 per target scraped in the last interval.
-        "targets_up": f"sum by ({by}) (up{{{labels.service}!=\"\"}})",
+        "targets_up": f'sum by ({by}) (up{{{labels.service}!=""}})',
     }
 
 
@@ -76,7 +76,9 @@ def _by_service(samples: Sequence[Sample], labels: SignalLabels) -> dict[Service
     return out
 
 
-def _buckets_by_service(samples: Sequence[Sample], labels: SignalLabels) -> dict[ServiceKey, list[tuple[float, float]]]:
+def _buckets_by_service(
+    samples: Sequence[Sample], labels: SignalLabels
+) -> dict[ServiceKey, list[tuple[float, float]]]:
     out: dict[ServiceKey, list[tuple[float, float]]] = defaultdict(list)
     for metric, value in samples:
         key = (metric.get(labels.namespace, ""), metric.get(labels.service, ""))
@@ -99,8 +101,11 @@ def assemble_signals(
     buckets = _buckets_by_service(results.get("ttft_buckets", ()), labels)
     out: dict[ServiceKey, Signals] = {}
     for key, view in services.items():
-        counts = dict(ready_replicas=view.ready_replicas, starting_replicas=view.starting_replicas,
-                      current_replicas=view.current_replicas)
+        counts = {
+            "ready_replicas": view.ready_replicas,
+            "starting_replicas": view.starting_replicas,
+            "current_replicas": view.current_replicas,
+        }
         up = per.get("targets_up", {}).get(key)
         waiting = per.get("waiting", {}).get(key)
         rate = per.get("request_rate", {}).get(key)

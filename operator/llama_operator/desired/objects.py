@@ -263,7 +263,10 @@ def build_pod_monitor(svc: LlamaService, settings: Settings) -> Manifest:
                     "interval": "5s",
                     "relabelings": [
                         {"targetLabel": settings.service_label, "replacement": svc.metadata.name},
-                        {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": settings.namespace_label},
+                        {
+                            "sourceLabels": ["__meta_kubernetes_namespace"],
+                            "targetLabel": settings.namespace_label,
+                        },
                         {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},
                     ],
                 }

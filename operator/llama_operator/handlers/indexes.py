@@ -28,20 +28,38 @@ def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def llamaservice_index(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[OwnerKey, dict[str, Any]]:
-    return {(namespace, name): {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}}
+def llamaservice_index(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[OwnerKey, dict[str, Any]]:
+    # apiVersion and kind too: Events about the LlamaService are posted from these copies.
+    return {
+        (str(namespace), name): {
+            "apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"),
+            "kind": body.get("kind", "LlamaService"),
+            "metadata": dict(body.metadata),
+            "spec": dict(body.spec),
+            "status": dict(body.status),
+        }
+    }
 
 
 @kopf.index("pods", labels={SERVICE_LABEL: kopf.PRESENT})
-def pod_index(body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any) -> dict[OwnerKey, dict[str, Any]]:
-    return {(namespace, labels[SERVICE_LABEL]): {"metadata": {"name": body.metadata.name}, "status": dict(body.status)}}
+def pod_index(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> dict[OwnerKey, dict[str, Any]]:
+    return {
+        (str(namespace), labels[SERVICE_LABEL]): {
+            "metadata": {"name": body.metadata.name},
+            "status": dict(body.status),
+        }
+    }
 
 
 @kopf.index("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})
 def deployment_index(
-    body: kopf.Body, namespace: str, labels: kopf.Labels, **_: Any
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> dict[OwnerKey, dict[str, Any]]:
-    return {(namespace, labels[SERVICE_LABEL]): dict(body)}
+    return {(str(namespace), labels[SERVICE_LABEL]): dict(body)}
 
 
 def one(index: kopf.Index[OwnerKey, dict[str, Any]], key: OwnerKey) -> dict[str, Any] | None:

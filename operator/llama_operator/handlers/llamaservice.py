@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -18,7 +19,7 @@ RETRY_DELAY_SECONDS = 15
 
 
 def reconcile_and_apply(
-    body: kopf.Body | dict[str, Any],
+    body: Mapping[str, Any],
     memo: kopf.Memo,
     node_index: kopf.Index[str, dict[str, Any]],
     deployment: dict[str, Any] | None,
@@ -33,10 +34,16 @@ def reconcile_and_apply(
         now=datetime.now(UTC),
     )
     if outcome.desired is None:
-        kopf.warn(dict(body), reason="InvalidSpec", message=outcome.error or "invalid spec")
+        kopf.warn(
+            kopf.Body(cast("kopf.RawBody", dict(body))),
+            reason="InvalidSpec",
+            message=outcome.error or "invalid spec",
+        )
         return outcome.status_patch
     meta = body["metadata"]
-    execute(memo.kube, outcome.desired, namespace=meta["namespace"], field_manager=memo.settings.field_manager)
+    execute(
+        memo.kube, outcome.desired, namespace=meta["namespace"], field_manager=memo.settings.field_manager
+    )
     autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
     if autoscaling.get("enabled", True) and autoscaling:
         # The autoscaler owns replicas; until its first decision keep them inside the bounds.
@@ -44,7 +51,10 @@ def reconcile_and_apply(
         lo, hi = int(autoscaling.get("minReplicas", 1)), int(autoscaling.get("maxReplicas", 8))
         if not lo <= current <= hi:
             set_deployment_replicas(
-                memo.kube, namespace=meta["namespace"], name=meta["name"], replicas=min(max(current, lo), hi),
+                memo.kube,
+                namespace=meta["namespace"],
+                name=meta["name"],
+                replicas=min(max(current, lo), hi),
                 field_manager=memo.settings.autoscaler_field_manager,
             )
     return outcome.status_patch
@@ -52,10 +62,11 @@ def reconcile_and_apply(
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")  # type: ignore[arg-type]  # index kwargs
 def reconcile_llamaservice(
+    *,
     body: kopf.Body,
-    namespace: str,
+    namespace: str | None,
     name: str,
     memo: kopf.Memo,
     patch: kopf.Patch,
@@ -64,7 +75,9 @@ def reconcile_llamaservice(
     **_: Any,
 ) -> None:
     try:
-        status = reconcile_and_apply(body, memo, node_index, one(deployment_index, (namespace, name)))
+        status = reconcile_and_apply(body, memo, node_index, one(deployment_index, (str(namespace), name)))
     except ApiException as err:
-        raise kopf.TemporaryError(f"Kubernetes API: {err.status} {err.reason}", delay=RETRY_DELAY_SECONDS) from err
+        raise kopf.TemporaryError(
+            f"Kubernetes API: {err.status} {err.reason}", delay=RETRY_DELAY_SECONDS
+        ) from err
     patch.status.update(status)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.handlers.indexes import OwnerKey, one
 from llama_operator.handlers.llamaservice import reconcile_and_apply
+from llama_operator.planning.inventory import inventory_from_nodes
 from llama_operator.reconcile.drift import drifted, is_subset
 from llama_operator.reconcile.outcome import reconcile
 from llama_operator.reconcile.rollout import rollout_status
-from llama_operator.planning.inventory import inventory_from_nodes
 
 
 def _owner(
@@ -23,67 +23,120 @@ def _owner(
 
 
 def _repair_if_drifted(
-    owner: dict[str, Any], live: dict[str, Any] | None, kind: str, memo: kopf.Memo,
-    node_index: kopf.Index[str, dict[str, Any]], deployment: dict[str, Any] | None, logger: kopf.Logger,
+    *,
+    owner: dict[str, Any],
+    live: dict[str, Any] | None,
+    kind: str,
+    memo: kopf.Memo,
+    node_index: kopf.Index[str, dict[str, Any]],
+    deployment: dict[str, Any] | None,
+    logger: kopf.Logger,
 ) -> None:
     nodes = [node for store in node_index.values() for node in store]
     outcome = reconcile(
-        owner, memo.settings, inventory=inventory_from_nodes(nodes) if nodes else None,
-        pod_monitor=memo.pod_monitor, now=datetime.now(UTC),
+        owner,
+        memo.settings,
+        inventory=inventory_from_nodes(nodes) if nodes else None,
+        pod_monitor=memo.pod_monitor,
+        now=datetime.now(UTC),
     )
     if outcome.desired is None:
         return
     wanted = next((o for o in outcome.desired.objects if o["kind"] == kind), None)
     if wanted is not None and drifted(wanted, live):
         logger.info("%s drifted from the LlamaService; re-applying", kind)
-        kopf.info(owner, reason="DriftRepaired", message=f"{kind} differed from the spec; re-applied")
+        kopf.info(
+            kopf.Body(cast("kopf.RawBody", owner)),
+            reason="DriftRepaired",
+            message=f"{kind} differed from the spec; re-applied",
+        )
         reconcile_and_apply(owner, memo, node_index, deployment)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})  # type: ignore[arg-type]  # index kwargs
 def deployment_changed(
-    event: kopf.RawEvent, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo,
-    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]], node_index: kopf.Index[str, dict[str, Any]],
-    pod_index: kopf.Index[OwnerKey, dict[str, Any]], logger: kopf.Logger, **_: Any,
-) -> None:
-    owner = _owner(llamaservice_index, namespace, labels)
-    if owner is None or owner["metadata"].get("deletionTimestamp"):
-        return
-    live = None if event.get("type") == "DELETED" else dict(body)
-    _repair_if_drifted(owner, live, "Deployment", memo, node_index, live, logger)
-    _mirror_rollout(owner, live, pod_index, memo)
-
-
-@kopf.on.event("", "v1", "services", labels={SERVICE_LABEL: kopf.PRESENT})
-def service_changed(
-    event: kopf.RawEvent, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo,
-    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]], node_index: kopf.Index[str, dict[str, Any]],
-    deployment_index: kopf.Index[OwnerKey, dict[str, Any]], logger: kopf.Logger, **_: Any,
-) -> None:
-    owner = _owner(llamaservice_index, namespace, labels)
-    if owner is None or owner["metadata"].get("deletionTimestamp"):
-        return
-    live = None if event.get("type") == "DELETED" else dict(body)
-    deployment = one(deployment_index, (namespace, labels[SERVICE_LABEL]))
-    _repair_if_drifted(owner, live, "Service", memo, node_index, deployment, logger)
-
-
-@kopf.on.event("", "v1", "pods", labels={SERVICE_LABEL: kopf.PRESENT})
-def pod_changed(
-    namespace: str, labels: kopf.Labels, memo: kopf.Memo,
+    *,
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
     llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]],
-    deployment_index: kopf.Index[OwnerKey, dict[str, Any]], pod_index: kopf.Index[OwnerKey, dict[str, Any]],
+    node_index: kopf.Index[str, dict[str, Any]],
+    pod_index: kopf.Index[OwnerKey, dict[str, Any]],
+    logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    owner = _owner(llamaservice_index, namespace, labels)
+    owner = _owner(llamaservice_index, str(namespace), labels)
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return
-    _mirror_rollout(owner, one(deployment_index, (namespace, labels[SERVICE_LABEL])), pod_index, memo)
+    live = None if event.get("type") == "DELETED" else dict(body)
+    _repair_if_drifted(
+        owner=owner,
+        live=live,
+        kind="Deployment",
+        memo=memo,
+        node_index=node_index,
+        deployment=live,
+        logger=logger,
+    )
+    _mirror_rollout(owner=owner, deployment=live, pod_index=pod_index, memo=memo)
+
+
+@kopf.on.event("", "v1", "services", labels={SERVICE_LABEL: kopf.PRESENT})  # type: ignore[arg-type]  # index kwargs
+def service_changed(
+    *,
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]],
+    node_index: kopf.Index[str, dict[str, Any]],
+    deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    owner = _owner(llamaservice_index, str(namespace), labels)
+    if owner is None or owner["metadata"].get("deletionTimestamp"):
+        return
+    live = None if event.get("type") == "DELETED" else dict(body)
+    deployment = one(deployment_index, (str(namespace), labels[SERVICE_LABEL]))
+    _repair_if_drifted(
+        owner=owner,
+        live=live,
+        kind="Service",
+        memo=memo,
+        node_index=node_index,
+        deployment=deployment,
+        logger=logger,
+    )
+
+
+@kopf.on.event("", "v1", "pods", labels={SERVICE_LABEL: kopf.PRESENT})  # type: ignore[arg-type]  # index kwargs
+def pod_changed(
+    *,
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]],
+    deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
+    pod_index: kopf.Index[OwnerKey, dict[str, Any]],
+    **_: Any,
+) -> None:
+    owner = _owner(llamaservice_index, str(namespace), labels)
+    if owner is None or owner["metadata"].get("deletionTimestamp"):
+        return
+    deployment = one(deployment_index, (str(namespace), labels[SERVICE_LABEL]))
+    _mirror_rollout(owner=owner, deployment=deployment, pod_index=pod_index, memo=memo)
 
 
 def _mirror_rollout(
-    owner: dict[str, Any], deployment: dict[str, Any] | None,
-    pod_index: kopf.Index[OwnerKey, dict[str, Any]], memo: kopf.Memo,
+    *,
+    owner: dict[str, Any],
+    deployment: dict[str, Any] | None,
+    pod_index: kopf.Index[OwnerKey, dict[str, Any]],
+    memo: kopf.Memo,
 ) -> None:
     meta = owner["metadata"]
     key = (meta["namespace"], meta["name"])
@@ -93,4 +146,3 @@ def _mirror_rollout(
     )
     if patch and not is_subset(patch, owner.get("status") or {}):
         memo.kube.patch_llamaservice_status(namespace=meta["namespace"], name=meta["name"], status=patch)
-

@@ -7,14 +7,16 @@ from typing import Any
 
 import kopf
 
+from llama_operator.autoscale.promql import SignalLabels
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
+from llama_operator.infra.prometheus import PrometheusSignals, SignalCache
 
 PREFIX = "llama-operator.dev"
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     # Bookkeeping in our own annotations, not in status (a structural schema would prune it).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -34,5 +36,13 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     mode = memo.settings.pod_monitor
     memo.pod_monitor = mode == "always" or (
         mode == "auto" and memo.kube.has_kind("monitoring.coreos.com/v1", "PodMonitor")
+    )
+    memo.signals = SignalCache(
+        PrometheusSignals(
+            memo.settings.prometheus_url,
+            SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
+        ),
+        max_age_seconds=memo.settings.autoscale_interval_seconds / 2,
+        window_seconds=memo.settings.signal_window_seconds,
     )
     logger.info("settings: %s; PodMonitor: %s", memo.settings.model_dump(), memo.pod_monitor)

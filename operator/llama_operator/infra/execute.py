@@ -17,7 +17,9 @@ def execute(kube: Kube, desired: DesiredState, *, namespace: str, field_manager:
     return applied
 
 
-def set_deployment_replicas(kube: Kube, *, namespace: str, name: str, replicas: int, field_manager: str) -> None:
+def set_deployment_replicas(
+    kube: Kube, *, namespace: str, name: str, replicas: int, field_manager: str
+) -> None:
     """Apply only spec.replicas under the autoscaler's own field manager (the one writer of that field)."""
     kube.apply(
         {

@@ -26,7 +26,7 @@ from llama_operator.autoscale.signals import Signals
 log = logging.getLogger(__name__)
 
 
-class PrometheusUnavailable(RuntimeError):
+class PrometheusUnavailableError(RuntimeError):
     pass
 
 
@@ -36,7 +36,7 @@ def _samples(raw: list[dict[str, Any]]) -> list[Sample]:
 
 
 class PrometheusSignals:
-    """Queries Prometheus; every method may raise PrometheusUnavailable."""
+    """Queries Prometheus; every method may raise PrometheusUnavailableError."""
 
     def __init__(self, url: str, labels: SignalLabels, *, timeout_seconds: float = 5.0) -> None:
         self.labels = labels
@@ -47,7 +47,7 @@ class PrometheusSignals:
         try:
             raw = self._client.custom_query(promql, params={"timeout": f"{self._timeout}s"})
         except Exception as err:  # the client raises requests' and its own errors alike
-            raise PrometheusUnavailable(f"{type(err).__name__}: {err}") from err
+            raise PrometheusUnavailableError(f"{type(err).__name__}: {err}") from err
         return _samples(raw)
 
     def fetch(
@@ -56,10 +56,12 @@ class PrometheusSignals:
         """All services' signals; a query that fails leaves its signal out, which reads as no data."""
         kv_metric = resolve_kv_metric(self.query(probe_query()))
         results: dict[str, list[Sample]] = {}
-        for name, promql in signal_queries(self.labels, kv_metric=kv_metric, window_seconds=window_seconds).items():
+        for name, promql in signal_queries(
+            self.labels, kv_metric=kv_metric, window_seconds=window_seconds
+        ).items():
             try:
                 results[name] = self.query(promql)
-            except PrometheusUnavailable as err:
+            except PrometheusUnavailableError as err:
                 log.warning("signal %s unavailable: %s", name, err)
         return assemble_signals(results, services, self.labels, window_seconds=window_seconds)
 
@@ -89,7 +91,7 @@ class SignalCache:
                 try:
                     self._signals = self.source.fetch(services, window_seconds=self.window_seconds)
                     self._error = None
-                except PrometheusUnavailable as err:
+                except PrometheusUnavailableError as err:
                     self._signals, self._error = {}, str(err)
                 self._fetched_at = now
             return self._signals.get(key), self._error

@@ -31,7 +31,10 @@ class ReconcileOutcome:
 
 
 def planning_config(settings: Settings) -> PlanningConfig:
-    kwargs: dict[str, Any] = {"mig_strategy": settings.mig_strategy, "price_overrides": dict(settings.price_overrides)}
+    kwargs: dict[str, Any] = {
+        "mig_strategy": settings.mig_strategy,
+        "price_overrides": dict(settings.price_overrides),
+    }
     if settings.gpu_image:
         kwargs["gpu_image"] = settings.gpu_image
     if settings.cpu_image:
@@ -77,24 +80,48 @@ def reconcile(
         message = str(err)
         reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
         conditions = set_condition(
-            conditions, type=ConditionType.DEGRADED, status=ConditionStatus.TRUE, reason=reason,
-            message=message, now=now, generation=generation,
+            conditions,
+            type=ConditionType.DEGRADED,
+            status=ConditionStatus.TRUE,
+            reason=reason,
+            message=message,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, type=ConditionType.READY, status=ConditionStatus.FALSE, reason=reason,
-            message=message, now=now, generation=generation,
+            conditions,
+            type=ConditionType.READY,
+            status=ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.FALSE, reason=reason,
-            message="fix the spec; nothing is changed until then", now=now, generation=generation,
+            conditions,
+            type=ConditionType.PROGRESSING,
+            status=ConditionStatus.FALSE,
+            reason=reason,
+            message="fix the spec; nothing is changed until then",
+            now=now,
+            generation=generation,
         )
-        status = {"phase": Phase.FAILED.value, "observedGeneration": generation, "conditions": _wire(conditions)}
-        return ReconcileOutcome(desired=None, plan=None, status_patch=status, error=message)
+        failed = {
+            "phase": Phase.FAILED.value,
+            "observedGeneration": generation,
+            "conditions": _wire(conditions),
+        }
+        return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
 
     desired = build_desired_state(svc, plan, settings, pod_monitor=pod_monitor)
     conditions = set_condition(
-        conditions, type=ConditionType.DEGRADED, status=ConditionStatus.FALSE, reason="Planned",
-        message=f"planned {plan.display_name}", now=now, generation=generation,
+        conditions,
+        type=ConditionType.DEGRADED,
+        status=ConditionStatus.FALSE,
+        reason="Planned",
+        message=f"planned {plan.display_name}",
+        now=now,
+        generation=generation,
     )
     status: dict[str, Any] = {
         "observedGeneration": generation,

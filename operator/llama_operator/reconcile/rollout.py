@@ -7,7 +7,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, find_condition, set_condition
+from llama_operator.api.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    find_condition,
+    set_condition,
+)
 from llama_operator.api.status import Phase
 
 
@@ -17,9 +23,9 @@ def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
         if (pod.get("status") or {}).get("phase") != "Pending":
             continue
         for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                if cond.get("reason") == "Unschedulable":
-                    return str(cond.get("message") or "unschedulable")
+            scheduled = cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+            if scheduled and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message") or "unschedulable")
     return None
 
 
@@ -38,8 +44,13 @@ def rollout_status(
         return {}  # the spec is bad; reconcile owns the status until it is fixed
     if deployment is None:
         conditions = set_condition(
-            conditions, type=ConditionType.READY, status=ConditionStatus.FALSE, reason="DeploymentMissing",
-            message="the vLLM Deployment does not exist yet", now=now, generation=generation,
+            conditions,
+            type=ConditionType.READY,
+            status=ConditionStatus.FALSE,
+            reason="DeploymentMissing",
+            message="the vLLM Deployment does not exist yet",
+            now=now,
+            generation=generation,
         )
         return {"phase": Phase.PENDING.value, "conditions": [c.to_wire() for c in conditions]}
 
@@ -54,24 +65,44 @@ def rollout_status(
     pending = unschedulable_message(pods)
     if pending is not None:
         conditions = set_condition(
-            conditions, type=ConditionType.SCHEDULABLE, status=ConditionStatus.FALSE, reason="Unschedulable",
-            message=f"pods cannot be placed: {pending}", now=now, generation=generation,
+            conditions,
+            type=ConditionType.SCHEDULABLE,
+            status=ConditionStatus.FALSE,
+            reason="Unschedulable",
+            message=f"pods cannot be placed: {pending}",
+            now=now,
+            generation=generation,
         )
     else:
         conditions = set_condition(
-            conditions, type=ConditionType.SCHEDULABLE, status=ConditionStatus.TRUE, reason="Scheduled",
-            message="all pods are placed", now=now, generation=generation,
+            conditions,
+            type=ConditionType.SCHEDULABLE,
+            status=ConditionStatus.TRUE,
+            reason="Scheduled",
+            message="all pods are placed",
+            now=now,
+            generation=generation,
         )
 
     if rolled_out and desired > 0:
         phase = Phase.READY
         conditions = set_condition(
-            conditions, type=ConditionType.READY, status=ConditionStatus.TRUE, reason="ReplicasReady",
-            message=f"{ready}/{desired} replicas ready", now=now, generation=generation,
+            conditions,
+            type=ConditionType.READY,
+            status=ConditionStatus.TRUE,
+            reason="ReplicasReady",
+            message=f"{ready}/{desired} replicas ready",
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.FALSE, reason="RolloutComplete",
-            message="all replicas run the current spec", now=now, generation=generation,
+            conditions,
+            type=ConditionType.PROGRESSING,
+            status=ConditionStatus.FALSE,
+            reason="RolloutComplete",
+            message="all replicas run the current spec",
+            now=now,
+            generation=generation,
         )
     else:
         phase = Phase.DEGRADED if pending is not None and ready == 0 else Phase.PROGRESSING
@@ -79,12 +110,21 @@ def rollout_status(
         if pending is not None:
             why += f"; pods cannot be placed: {pending}"
         conditions = set_condition(
-            conditions, type=ConditionType.READY, status=ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE,
-            reason="ReplicasReady" if ready > 0 else "ReplicasNotReady", message=why, now=now, generation=generation,
+            conditions,
+            type=ConditionType.READY,
+            status=ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE,
+            reason="ReplicasReady" if ready > 0 else "ReplicasNotReady",
+            message=why,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, type=ConditionType.PROGRESSING, status=ConditionStatus.TRUE,
-            reason="Unschedulable" if pending is not None else "RollingOut", message=why, now=now,
+            conditions,
+            type=ConditionType.PROGRESSING,
+            status=ConditionStatus.TRUE,
+            reason="Unschedulable" if pending is not None else "RollingOut",
+            message=why,
+            now=now,
             generation=generation,
         )
     return {

@@ -1,0 +1,149 @@
+"""From an autoscaling decision to the status patch, conditions and Events to post. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from llama_operator.api.autoscaling import ScalingDecision
+from llama_operator.api.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    find_condition,
+    rfc3339,
+    set_condition,
+)
+from llama_operator.autoscale.policy import Decision
+from llama_operator.autoscale.signals import Signals
+
+
+@dataclass(frozen=True)
+class EventToPost:
+    warning: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class AutoscaleOutcome:
+    replicas: int | None  # the Deployment's new spec.replicas, or None to leave it
+    status_patch: dict[str, Any]
+    events: list[EventToPost]
+
+
+def autoscale_outcome(
+    status: Mapping[str, Any] | None,
+    decision: Decision,
+    signals: Signals,
+    *,
+    slo_ttft_seconds: float,
+    prometheus_error: str | None,
+    generation: int | None,
+    now: datetime,
+) -> AutoscaleOutcome:
+    conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
+    events: list[EventToPost] = []
+    current = signals.current_replicas
+
+    def cond(type_: ConditionType, ok: ConditionStatus, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions, type=type_, status=ok, reason=reason, message=message, now=now, generation=generation
+        )
+
+    was_active = find_condition(conditions, ConditionType.SCALING_ACTIVE)
+    if decision.no_data:
+        why = (
+            f"Prometheus unavailable: {prometheus_error}"
+            if prometheus_error
+            else ("no vLLM metrics for this LlamaService (targets down, stale or missing series)")
+        )
+        cond(
+            ConditionType.SCALING_ACTIVE,
+            ConditionStatus.FALSE,
+            "NoMetrics",
+            f"{why}; holding {current} replicas",
+        )
+        if was_active is None or was_active.status != ConditionStatus.FALSE:
+            events.append(
+                EventToPost(True, "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind")
+            )
+    else:
+        cond(
+            ConditionType.SCALING_ACTIVE,
+            ConditionStatus.TRUE,
+            "ValidMetrics",
+            f"signals {signals.status.value}: {decision.reason}",
+        )
+        if was_active is not None and was_active.status == ConditionStatus.FALSE:
+            events.append(EventToPost(False, "MetricsRestored", "vLLM metrics are back; autoscaling resumed"))
+
+    if decision.scaling_limited:
+        cond(
+            ConditionType.SCALING_LIMITED,
+            ConditionStatus.TRUE,
+            "TooFewReplicas",
+            decision.limited_message or "maxReplicas reached",
+        )
+    else:
+        cond(
+            ConditionType.SCALING_LIMITED,
+            ConditionStatus.FALSE,
+            "WithinBounds",
+            "the need fits within min/max",
+        )
+
+    ttft = signals.ttft_percentile_seconds
+    if decision.slo_met is None:
+        cond(
+            ConditionType.SLO_MET,
+            ConditionStatus.UNKNOWN,
+            "NoObservation",
+            "no requests observed in the window",
+        )
+    elif decision.slo_met:
+        cond(
+            ConditionType.SLO_MET,
+            ConditionStatus.TRUE,
+            "WithinSLO",
+            f"TTFT {ttft:.3f}s <= {slo_ttft_seconds}s",
+        )
+    else:
+        cond(
+            ConditionType.SLO_MET,
+            ConditionStatus.FALSE,
+            "SLOBreached",
+            f"TTFT {ttft:.3f}s > {slo_ttft_seconds}s",
+        )
+
+    previous = (status or {}).get("autoscaling") or {}
+    last = previous.get("lastDecision")
+    replicas: int | None = None
+    if decision.desired_replicas != current:
+        replicas = decision.desired_replicas
+        last = ScalingDecision(
+            time=rfc3339(now), from_replicas=current, to_replicas=replicas, reason=decision.reason
+        ).to_wire()
+        events.append(EventToPost(False, "Scaled", f"{current} -> {replicas} replicas: {decision.reason}"))
+
+    per_replica = signals.queue_waiting_total / signals.ready_replicas if signals.ready_replicas else None
+    autoscaling: dict[str, Any] = {
+        "desiredReplicas": decision.desired_replicas,
+        "observedTtftSeconds": None if decision.no_data else ttft,
+        "observedQueueDepth": None if decision.no_data else signals.queue_waiting_total,
+        "observedQueuePerReplica": None if decision.no_data else per_replica,
+        "observedRequestRate": None if decision.no_data else signals.request_rate,
+        "lastReason": decision.reason,
+        "lastEvaluationTime": rfc3339(now),
+        "state": decision.state.to_wire(),
+    }
+    if last is not None:
+        autoscaling["lastDecision"] = last
+    return AutoscaleOutcome(
+        replicas=replicas,
+        status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions]},
+        events=events,
+    )
