@@ -1,0 +1,133 @@
+"""Reconcile as a pure function: a good spec yields objects and a plan; a bad one a Degraded status."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from llama_operator.api.settings import Settings
+from llama_operator.reconcile.outcome import reconcile
+from llama_operator.reconcile.rollout import rollout_status
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.llama-operator.dev/v1alpha1",
+        "kind": "LlamaService",
+        "metadata": {"name": "chat", "namespace": "team-a", "uid": "u-1", "generation": 3},
+        "spec": {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct"}, **spec},
+    }
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_good_spec_plans_and_builds() -> None:
+    outcome = reconcile(
+        body(accelerator={"type": "t4"}), Settings(), inventory=None, pod_monitor=False, now=NOW
+    )
+    assert outcome.error is None
+    assert outcome.desired is not None
+    assert [o["kind"] for o in outcome.desired.objects] == ["Service", "Deployment"]
+    status = outcome.status_patch
+    assert status["observedGeneration"] == 3
+    assert status["plan"]["accelerator"] == "t4"
+    assert status["selector"] == "llama-operator.dev/llamaservice=chat"
+    assert conditions(status)["Degraded"]["status"] == "False"
+
+
+def test_plan_failure_is_degraded_with_the_planners_message() -> None:
+    outcome = reconcile(
+        body(accelerator={"type": "t4"}, engine={"quantization": "fp8"}),
+        Settings(),
+        inventory=None,
+        pod_monitor=False,
+        now=NOW,
+    )
+    assert outcome.desired is None
+    assert outcome.error is not None and "fp8" in outcome.error
+    cond = conditions(outcome.status_patch)
+    assert cond["Degraded"]["status"] == "True"
+    assert cond["Degraded"]["reason"] == "PlanningFailed"
+    assert cond["Degraded"]["message"] == outcome.error
+    assert outcome.status_patch["phase"] == "Failed"
+
+
+def test_invalid_spec_is_reported_not_raised() -> None:
+    outcome = reconcile(
+        body(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+        Settings(),
+        inventory=None,
+        pod_monitor=False,
+        now=NOW,
+    )
+    assert outcome.desired is None
+    assert conditions(outcome.status_patch)["Degraded"]["reason"] == "InvalidSpec"
+    assert "minReplicas" in (outcome.error or "")
+
+
+def test_condition_transition_time_moves_only_on_change() -> None:
+    first = reconcile(
+        body(accelerator={"type": "t4"}), Settings(), inventory=None, pod_monitor=False, now=NOW
+    )
+    later = datetime(2026, 12, 2, 13, 0, tzinfo=UTC)
+    again = reconcile(
+        {**body(accelerator={"type": "t4"}), "status": first.status_patch},
+        Settings(),
+        inventory=None,
+        pod_monitor=False,
+        now=later,
+    )
+    assert conditions(again.status_patch)["Degraded"]["lastTransitionTime"] == "2026-12-02T12:00:00Z"
+
+
+def deployment(replicas: int, ready: int, updated: int) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": 2},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": 2, "readyReplicas": ready, "updatedReplicas": updated},
+    }
+
+
+def test_rollout_ready_and_progressing() -> None:
+    ready = rollout_status(None, deployment(2, 2, 2), [], generation=3, now=NOW)
+    assert ready["phase"] == "Ready"
+    assert (ready["replicas"], ready["readyReplicas"]) == (2, 2)
+    rolling = rollout_status(None, deployment(2, 1, 1), [], generation=3, now=NOW)
+    assert rolling["phase"] == "Progressing"
+    assert conditions(rolling)["Progressing"]["status"] == "True"
+
+
+def test_unschedulable_pods_name_the_short_resource() -> None:
+    pending = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/9 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        }
+    }
+    status = rollout_status(None, deployment(3, 2, 2), [pending], generation=3, now=NOW)
+    cond = conditions(status)
+    assert cond["Schedulable"]["status"] == "False"
+    assert "Insufficient nvidia.com/gpu" in cond["Schedulable"]["message"]
+    assert "Insufficient nvidia.com/gpu" in cond["Progressing"]["message"]
+
+
+def test_rollout_leaves_a_degraded_spec_alone() -> None:
+    bad = reconcile(
+        body(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+        Settings(),
+        inventory=None,
+        pod_monitor=False,
+        now=NOW,
+    )
+    assert rollout_status(bad.status_patch, deployment(1, 1, 1), [], generation=3, now=NOW) == {}
