@@ -442,19 +442,23 @@ def _smallest_fitting(request: _Request, config: PlanningConfig) -> str:
             f"no catalog option up to {config.max_gpus_per_replica} GPUs fits it; use quantization or a "
             "smaller model"
         )
-    best = min(
+    smallest = min(
         fitting,
         key=lambda s: (
             s.candidate.device_memory_bytes * s.candidate.count,
             s.candidate.price(config),
             s.candidate.name,
         ),
+    ).candidate
+    cheapest = min(fitting, key=lambda s: _sort_key(s.candidate, config)).candidate
+    message = (
+        f"the smallest catalog option that fits is {smallest.name} "
+        f"({_gib(smallest.device_memory_bytes * smallest.count)}, "
+        f"{smallest.price(config):.2f}/h relative price)"
     )
-    c = best.candidate
-    return (
-        f"the smallest catalog option that fits is {c.name} ({_gib(c.device_memory_bytes * c.count)}, "
-        f"{c.price(config):.2f}/h relative price)"
-    )
+    if cheapest != smallest:
+        message += f", the cheapest {cheapest.name} ({cheapest.price(config):.2f}/h)"
+    return message
 
 
 # --- placement ------------------------------------------------------------------------------------
