@@ -1,0 +1,253 @@
+"""The SLO autoscaling policy: `decide(spec, signals, state, now) -> Decision`.
+
+Pure and deterministic: time is an argument, everything remembered between evaluations is in
+`AutoscalerState` (persisted in the LlamaService status). The same function runs in the operator
+and in the simulator.
+
+How it sizes: the replicas needed are computed from the load, not stepped: an M/M/c estimate of the
+replicas that keep P(TTFT > headroom * SLO) under 1 - percentile at the observed request rate and
+mean prompt length, with each replica's prefill capacity learned online; floors from the backlog
+(drain it within a bounded time), the queue-per-replica target and KV-cache usage. The need is
+absolute, so replicas still starting are counted as capacity (no cascade while models load).
+Scale-down takes the highest need of the stabilization window (HPA-style), and happens at most one
+step per `scale_down_interval`, at most halving.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llama_operator.api.autoscaling import AutoscalerState, Recommendation
+from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.autoscale.queueing import replicas_for_wait
+from llama_operator.autoscale.signals import Signals, SignalStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTuning:
+    """Knobs of the policy that are not part of the user's contract."""
+
+    slo_headroom: float = 0.7  # size for TTFT <= headroom * SLO at the percentile, leaving room for bursts
+    max_utilization: float = 0.8  # never plan a replica's prefill above this share of its capacity
+    backlog_drain_seconds: float = 20.0  # a queue found waiting should be gone within this
+    kv_usage_target: float = 0.85  # KV cache usage per replica above which replicas are added
+    capacity_correction: float = 0.9  # factor applied to the capacity estimate when the model is found wrong
+    scale_down_interval: float = 120.0  # seconds between two scale-downs
+    max_scale_down_fraction: float = 0.5  # at most this share of replicas removed in one step
+
+
+DEFAULT_TUNING = PolicyTuning()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy decided, and why."""
+
+    desired_replicas: int
+    reason: str
+    state: AutoscalerState
+    needed_replicas: int | None  # replicas the load needs (None on no data), before min/max
+    scaling_limited: bool  # the SLO needs more than maxReplicas
+    limited_message: str | None
+    slo_met: bool | None  # observed TTFT percentile within the SLO; None when there is no observation
+    no_data: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    replicas: int
+    why: str
+
+
+def decide(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning = DEFAULT_TUNING,
+) -> Decision:
+    """Desired replicas for one LlamaService, from this cycle's signals and the remembered state."""
+    current = signals.current_replicas
+    low, high = spec.min_replicas, spec.max_replicas
+
+    if signals.status is SignalStatus.NO_DATA:
+        since = state.no_data_since if state.no_data_since is not None else now
+        desired = min(max(current, low), high)  # never scale down blind; still honour min/max
+        return Decision(
+            desired_replicas=desired,
+            reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
+            state=state.model_copy(update={"no_data_since": since}),
+            needed_replicas=None,
+            scaling_limited=False,
+            limited_message=None,
+            slo_met=None,
+            no_data=True,
+        )
+
+    slo_met = _slo_met(spec, signals)
+    capacity, corrected_time = _update_capacity(spec, signals, state, now, tuning)
+    if signals.status is SignalStatus.IDLE:
+        need = _Need(low, "idle: no requests in the window")
+    else:
+        need = _needed_replicas(spec, signals, capacity, tuning)
+
+    window = spec.scale_down_stabilization_seconds
+    recent = [r for r in state.recommendations if now - r.time < window]
+    recent.append(Recommendation(time=now, replicas=min(max(need.replicas, low), high)))
+    limited = need.replicas > high
+    limited_message = f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}" if limited else None
+
+    target = min(max(need.replicas, low), high)
+    desired = current
+    last_down = state.last_scale_down_time
+    if target > current:
+        desired = target
+        reason = f"scale up {current} -> {desired}: {need.why}"
+    elif target < current:
+        stabilized = max(r.replicas for r in recent)
+        floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
+        if stabilized >= current:
+            reason = f"holding {current}: {need.why}, but {stabilized} were needed within the last {window}s"
+        elif last_down is not None and now - last_down < tuning.scale_down_interval:
+            reason = (
+                f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago "
+                f"(< {tuning.scale_down_interval:.0f}s)"
+            )
+        else:
+            desired = max(stabilized, floor, low)
+            reason = f"scale down {current} -> {desired}: {need.why}; highest need in the last {window}s"
+    else:
+        reason = f"steady at {current}: {need.why}"
+
+    changed = desired != current
+    new_state = state.model_copy(
+        update={
+            "recommendations": recent,
+            "no_data_since": None,
+            "capacity_tokens_per_second": capacity,
+            "capacity_corrected_time": corrected_time,
+            "last_scale_time": now if changed else state.last_scale_time,
+            "last_scale_up_time": now if desired > current else state.last_scale_up_time,
+            "last_scale_down_time": now if desired < current else last_down,
+        }
+    )
+    return Decision(
+        desired_replicas=desired,
+        reason=reason,
+        state=new_state,
+        needed_replicas=need.replicas,
+        scaling_limited=limited,
+        limited_message=limited_message,
+        slo_met=slo_met,
+        no_data=False,
+    )
+
+
+def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
+    if signals.ttft_percentile_seconds is None:
+        return None
+    return signals.ttft_percentile_seconds <= spec.slo.ttft_seconds
+
+
+def _update_capacity(
+    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float, tuning: PolicyTuning
+) -> tuple[float | None, float | None]:
+    """Calibrate the per-replica prefill capacity (prompt tokens/s) against what the replicas did.
+
+    Only from steady windows (no replica joined, left or was starting: tokens per replica would be
+    skewed), at most once per window: when the SLO broke while the model said the ready replicas
+    were enough, the estimate was optimistic and is lowered; when the TTFT stayed well inside the SLO
+    while the model said more replicas were needed, it was pessimistic and is raised. Never below
+    the prompt throughput one replica was seen to sustain."""
+    capacity = state.capacity_tokens_per_second
+    corrected = state.capacity_corrected_time
+    if signals.status is not SignalStatus.OK or signals.ready_replicas <= 0 or signals.starting_replicas > 0:
+        return capacity, corrected
+    if state.last_scale_time is not None and now - state.last_scale_time < signals.window_seconds:
+        return capacity, corrected
+    served = signals.prompt_token_rate / signals.ready_replicas
+    if served <= 0 or signals.request_rate <= 0:
+        return capacity, corrected
+    if capacity is None:
+        # Without a prior only a saturated replica tells its capacity.
+        saturated = signals.queue_waiting_total / signals.ready_replicas >= 1.0
+        return (served if saturated else None), corrected
+    capacity = max(capacity, served)
+    ttft = signals.ttft_percentile_seconds
+    if ttft is None or (corrected is not None and now - corrected < signals.window_seconds):
+        return capacity, corrected
+    model_needs = _replicas_by_queueing(spec, signals, capacity, tuning)
+    if ttft > spec.slo.ttft_seconds and model_needs <= signals.ready_replicas:
+        return max(served, capacity * tuning.capacity_correction), now
+    comfortable = ttft <= spec.slo.ttft_seconds * tuning.slo_headroom * 0.8
+    if comfortable and signals.queue_waiting_total == 0 and model_needs > signals.ready_replicas:
+        return capacity / tuning.capacity_correction, now
+    return capacity, corrected
+
+
+def _replicas_by_queueing(
+    spec: AutoscalingSpec, signals: Signals, capacity: float, tuning: PolicyTuning
+) -> int:
+    """M/M/c: replicas keeping P(wait > headroom * SLO - mean prefill) under 1 - percentile, and the
+    utilization ceiling."""
+    slo = spec.slo
+    service = signals.prompt_token_rate / signals.request_rate / capacity
+    wait_budget = max(slo.ttft_seconds * tuning.slo_headroom - service, 0.0)
+    tail = 1.0 - slo.percentile / 100.0
+    limit = max(spec.max_replicas * 4, 16)
+    by_queueing = replicas_for_wait(signals.request_rate, service, wait_budget, tail, limit)
+    by_utilization = math.ceil(signals.prompt_token_rate / (capacity * tuning.max_utilization))
+    return max(limit + 1 if by_queueing is None else by_queueing, by_utilization)
+
+
+def _needed_replicas(
+    spec: AutoscalingSpec, signals: Signals, capacity: float | None, tuning: PolicyTuning
+) -> _Need:
+    slo = spec.slo
+    ready = max(signals.ready_replicas, 1)
+    current = signals.current_replicas
+    needs: list[_Need] = []
+
+    if capacity is not None and signals.request_rate > 0 and signals.prompt_token_rate > 0:
+        replicas = _replicas_by_queueing(spec, signals, capacity, tuning)
+        needs.append(
+            _Need(
+                replicas,
+                f"{signals.request_rate:.2f} req/s of {signals.prompt_token_rate / signals.request_rate:.0f} "
+                f"prompt tokens at ~{capacity:.0f} tok/s per replica need {replicas} for "
+                f"p{slo.percentile:g} TTFT <= {slo.ttft_seconds * tuning.slo_headroom:.2f}s",
+            )
+        )
+        if signals.starting_replicas == 0 and signals.queue_waiting_total > 0:
+            # A backlog needs extra prefill capacity to drain; while replicas start it is expected, not new.
+            backlog_tokens = signals.queue_waiting_total * signals.prompt_token_rate / signals.request_rate
+            drain = math.ceil(
+                (signals.prompt_token_rate + backlog_tokens / tuning.backlog_drain_seconds)
+                / (capacity * tuning.max_utilization)
+            )
+            needs.append(_Need(drain, f"{signals.queue_waiting_total:.0f} waiting must drain"))
+    queue_per_replica = signals.queue_waiting_total / ready
+    if queue_per_replica > slo.queue_depth_per_replica:
+        by_queue = math.ceil(signals.queue_waiting_total / slo.queue_depth_per_replica)
+        needs.append(
+            _Need(
+                by_queue,
+                f"{queue_per_replica:.1f} waiting per ready replica > target {slo.queue_depth_per_replica:g}",
+            )
+        )
+
+    if signals.kv_cache_usage > tuning.kv_usage_target:
+        by_kv = math.ceil(signals.kv_cache_usage * ready / tuning.kv_usage_target)
+        needs.append(_Need(by_kv, f"KV cache {signals.kv_cache_usage:.0%} used"))
+
+    ttft = signals.ttft_percentile_seconds
+    if capacity is None and ttft is not None and ttft > slo.ttft_seconds:
+        # No capacity estimate yet: step proportionally to the breach, at most doubling.
+        stepped = min(2 * ready, math.ceil(ready * ttft / slo.ttft_seconds))
+        if stepped > current:
+            needs.append(_Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s"))
+
+    if not needs:
+        return _Need(spec.min_replicas, "load within what the minimum serves")
+    return max(needs, key=lambda n: n.replicas)

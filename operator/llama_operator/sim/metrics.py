@@ -1,0 +1,125 @@
+"""What the autoscalers can observe of the simulated fleet: one snapshot per second of vLLM's gauges
+and cumulative counters (summed over the replicas), read back as Prometheus would serve them.
+
+Prometheus only sees the snapshots on its scrape grid; a window query uses the newest scrape at or
+before `now` and the newest at or before `now - window`, so every signal lags as it would in
+production. Replica counts come from the Kubernetes API, which is current."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from llama_operator.autoscale.signals import (
+    VLLM_TTFT_BUCKETS,
+    Signals,
+    SignalStatus,
+    cumulative_buckets,
+    histogram_quantile,
+)
+
+
+class TtftHistogram:
+    """vllm:time_to_first_token_seconds, summed over the fleet: per-bucket counts, +Inf last."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(VLLM_TTFT_BUCKETS) + 1)
+
+    def observe(self, seconds: float) -> None:
+        # Prometheus buckets are `le`: a value equal to a bound falls in that bound's bucket.
+        self.counts[bisect_left(VLLM_TTFT_BUCKETS, seconds)] += 1
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """The fleet at one instant: gauges summed (KV averaged) over ready replicas, counters cumulative."""
+
+    time: float
+    waiting: int
+    running: int
+    kv_usage: float
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    first_tokens_total: int
+    ttft_bucket_counts: tuple[int, ...]
+    arrivals_total: int  # what a router or queue-proxy sees (KPA), not exported by vLLM
+    ready: int
+    starting: int
+    draining: int
+
+
+class MetricsView:
+    """Reads the snapshot history as Prometheus (on a scrape grid) or as Knative's queue-proxies (1 s)."""
+
+    def __init__(self, scrape_interval: int) -> None:
+        if scrape_interval < 1:
+            raise ValueError("scrape interval must be a whole number of seconds, at least 1")
+        self.scrape_interval = scrape_interval
+        self.snapshots: list[FleetSnapshot] = []
+        self.current_replicas = 0
+        self.ready_replicas = 0
+        self.starting_replicas = 0
+
+    def record(self, snapshot: FleetSnapshot) -> None:
+        self.snapshots.append(snapshot)
+
+    def _scrape_at(self, time: float) -> FleetSnapshot | None:
+        """The newest snapshot on the scrape grid at or before `time` (snapshots are 1 s apart, from 0)."""
+        last = min(len(self.snapshots) - 1, math.floor(time + 1e-9))
+        if last < 0:
+            return None
+        return self.snapshots[(last // self.scrape_interval) * self.scrape_interval]
+
+    def latest_scrape(self, now: float) -> FleetSnapshot | None:
+        return self._scrape_at(now)
+
+    def signals(self, now: float, window: float, percentile: float) -> Signals:
+        """The `Signals` the operator's PromQL would return at `now` over `window`."""
+        latest = self._scrape_at(now)
+        earlier = self._scrape_at(now - window)
+        if latest is None or latest.ready == 0:
+            return Signals.no_data(
+                ready_replicas=self.ready_replicas,
+                starting_replicas=self.starting_replicas,
+                current_replicas=self.current_replicas,
+            )
+        if earlier is None or earlier.time >= latest.time:
+            earlier = self.snapshots[0]
+        span = latest.time - earlier.time
+        if span <= 0:
+            return Signals.no_data(
+                ready_replicas=self.ready_replicas,
+                starting_replicas=self.starting_replicas,
+                current_replicas=self.current_replicas,
+            )
+        first_tokens = latest.first_tokens_total - earlier.first_tokens_total
+        deltas = [a - b for a, b in zip(latest.ttft_bucket_counts, earlier.ttft_bucket_counts, strict=True)]
+        ttft = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_TTFT_BUCKETS, deltas))
+        prompt = latest.prompt_tokens_total - earlier.prompt_tokens_total
+        idle = first_tokens == 0 and prompt == 0 and latest.waiting == 0 and latest.running == 0
+        return Signals(
+            status=SignalStatus.IDLE if idle else SignalStatus.OK,
+            ttft_percentile_seconds=ttft,
+            queue_waiting_total=float(latest.waiting),
+            running_total=float(latest.running),
+            kv_cache_usage=latest.kv_usage,
+            request_rate=first_tokens / span,
+            prompt_token_rate=prompt / span,
+            generation_token_rate=(latest.generation_tokens_total - earlier.generation_tokens_total) / span,
+            ready_replicas=self.ready_replicas,
+            starting_replicas=self.starting_replicas,
+            current_replicas=self.current_replicas,
+            window_seconds=span,
+        )
+
+    def mean_in_flight(self, now: float, window: float) -> float:
+        """Average concurrency (waiting + running) over the 1 s samples of the last `window` seconds."""
+        end = min(len(self.snapshots), math.floor(now + 1e-9) + 1)
+        start = max(0, end - max(1, round(window)))
+        if end <= start:
+            return 0.0
+        samples = self.snapshots[start:end]
+        return sum(s.waiting + s.running for s in samples) / len(samples)

@@ -1,0 +1,88 @@
+"""The benchmark's measures of one simulated run."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from llama_operator.sim.fleet import SimulationResult
+
+FLAP_SECONDS = 300.0
+WINDOW_SECONDS = 60.0
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (q in 0..1) of already sorted values; NaN when empty."""
+    if not sorted_values:
+        return math.nan
+    position = q * (len(sorted_values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    policy: str
+    trace: str
+    requests_within_slo: float  # fraction of requests whose TTFT met the SLO
+    windows_within_slo: float  # fraction of 1-minute windows whose TTFT percentile met it
+    gpu_hours: float
+    cost: float  # USD
+    replica_changes_per_hour: float
+    flaps: int  # scale-ups followed by a scale-down within 5 minutes
+    ttft_p50: float
+    ttft_p95: float
+    ttft_p99: float
+    peak_replicas: int
+
+    def to_json(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
+    """Scale-ups (+1) that a scale-down (-1) follows within FLAP_SECONDS."""
+    flaps = 0
+    for i, (time, direction) in enumerate(times_and_directions):
+        if direction <= 0:
+            continue
+        for later, later_direction in times_and_directions[i + 1 :]:
+            if later - time > FLAP_SECONDS:
+                break
+            if later_direction < 0:
+                flaps += 1
+                break
+    return flaps
+
+
+def summarize(result: SimulationResult, slo_seconds: float, percentile: float) -> RunSummary:
+    ttfts = [r.first_token_time - r.arrival for r in result.requests]
+    ordered = sorted(ttfts)
+    within = sum(1 for t in ttfts if t <= slo_seconds) / len(ttfts) if ttfts else 1.0
+    by_window: dict[int, list[float]] = defaultdict(list)
+    for request, ttft in zip(result.requests, ttfts, strict=True):
+        by_window[int(request.arrival // WINDOW_SECONDS)].append(ttft)
+    windows_ok = sum(
+        1 for values in by_window.values() if quantile(sorted(values), percentile / 100.0) <= slo_seconds
+    )
+    hours = max(result.end_time, 1.0) / 3600.0
+    gpu_hours = result.gpu_seconds() / 3600.0
+    events = [(e.time, 1 if e.after > e.before else -1) for e in result.scaling_events]
+    peak = max((e.after for e in result.scaling_events), default=0)
+    initial = sum(1 for r in result.replicas if r.created == 0.0)
+    return RunSummary(
+        policy=result.policy,
+        trace=result.trace,
+        requests_within_slo=within,
+        windows_within_slo=windows_ok / len(by_window) if by_window else 1.0,
+        gpu_hours=gpu_hours,
+        cost=gpu_hours * result.price_per_hour,
+        replica_changes_per_hour=len(result.scaling_events) / hours,
+        flaps=flap_count(events),
+        ttft_p50=quantile(ordered, 0.50),
+        ttft_p95=quantile(ordered, 0.95),
+        ttft_p99=quantile(ordered, 0.99),
+        peak_replicas=max(peak, initial),
+    )

@@ -1,0 +1,118 @@
+"""A benchmark scenario (trace, hardware, SLO, bounds) and the policies that can run in it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.sim.accelerators import PUBLISHED_PREFILL_TOKENS_PER_SECOND, replica_profile
+from llama_operator.sim.fleet import FleetConfig, SimPolicy, SimulationResult, simulate
+from llama_operator.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_schedule
+from llama_operator.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
+from llama_operator.sim.report import RunSummary, summarize
+from llama_operator.sim.trace import Trace
+
+BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle")
+TUNED_POLICIES = ("hpa-tuned", "keda-tuned")
+# Targets (waiting requests per pod / KEDA threshold) the tuned baselines sweep.
+TUNING_SWEEP = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    accelerator: str = "t4"
+    model: str = "llama-3.2-1b"
+    slo_ttft_seconds: float = 1.0
+    percentile: float = 95.0
+    min_replicas: int = 1
+    max_replicas: int = 20
+    cold_start_seconds: float = 40.0
+    scrape_interval: int = 5
+    queue_depth_per_replica: float = 4.0
+
+    def spec(self) -> AutoscalingSpec:
+        return AutoscalingSpec(
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            slo=SLOSpec(
+                ttft_seconds=self.slo_ttft_seconds,
+                percentile=self.percentile,
+                queue_depth_per_replica=self.queue_depth_per_replica,
+            ),
+        )
+
+    def fleet(self) -> FleetConfig:
+        return FleetConfig(
+            profile=replica_profile(self.accelerator, self.model),
+            cold_start_seconds=self.cold_start_seconds,
+            scrape_interval=self.scrape_interval,
+        )
+
+
+class ScenarioRunner:
+    """Runs policies on one trace in one scenario; computes the oracle's schedule once."""
+
+    def __init__(self, scenario: Scenario, trace: Trace) -> None:
+        self.scenario = scenario
+        self.trace = trace
+        self.config = scenario.fleet()
+        self._schedule: list[int] | None = None
+
+    def oracle_schedule(self) -> list[int]:
+        if self._schedule is None:
+            s = self.scenario
+            self._schedule = oracle_schedule(
+                self.trace,
+                self.config,
+                slo_seconds=s.slo_ttft_seconds,
+                percentile=s.percentile,
+                min_replicas=s.min_replicas,
+                max_replicas=s.max_replicas,
+            )
+        return self._schedule
+
+    def policy(self, name: str, target: float | None = None) -> SimPolicy:
+        spec = self.scenario.spec()
+        if name == "slo":
+            prior = PUBLISHED_PREFILL_TOKENS_PER_SECOND.get(self.scenario.accelerator)
+            return SloPolicy(spec, capacity_prior=prior)
+        if name == "hpa":
+            return HpaPolicy(spec, target, name="hpa" if target is None else f"hpa(target={target:g})")
+        if name == "keda":
+            return (
+                KedaPolicy(spec, name="keda")
+                if target is None
+                else KedaPolicy(spec, target, f"keda({target:g})")
+            )
+        if name == "kpa":
+            return KpaPolicy(spec, target)
+        if name == "static":
+            return FixedReplicas(max(self.oracle_schedule()), name="static")
+        if name == "oracle":
+            return ScheduledReplicas(self.oracle_schedule(), self.scenario.cold_start_seconds)
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join((*BASE_POLICIES, *TUNED_POLICIES))}")
+
+    def run(self, policy: SimPolicy) -> tuple[SimulationResult, RunSummary]:
+        result = simulate(self.trace, policy, self.config)
+        return result, summarize(result, self.scenario.slo_ttft_seconds, self.scenario.percentile)
+
+    def tuned(
+        self, base: str, progress: Callable[[str], None] | None = None
+    ) -> tuple[SimulationResult, RunSummary, float]:
+        """The best target of a sweep: the cheapest run whose attainment is within 0.1 point of the best
+        attainment reached, or 99 % if any reaches it."""
+        runs: list[tuple[float, SimulationResult, RunSummary]] = []
+        for target in TUNING_SWEEP:
+            result, summary = self.run(self.policy(base, target))
+            runs.append((target, result, summary))
+            if progress is not None:
+                attained = f"{summary.requests_within_slo:.2%}"
+                progress(f"{base} target {target:g}: {attained}, {summary.gpu_hours:.2f} GPU-h")
+        best_attainment = max(s.requests_within_slo for _, _, s in runs)
+        bar = min(0.99, best_attainment - 0.001)
+        eligible = [run for run in runs if run[2].requests_within_slo >= bar]
+        target, result, summary = min(eligible, key=lambda run: run[2].gpu_hours)
+        result.policy = f"{base}-tuned"
+        named = replace(summary, policy=f"{base}-tuned(target={target:g})")
+        return result, named, target
