@@ -1,0 +1,165 @@
+"""Helpers of the end-to-end tests: kubectl against the local cluster, polling, the operator process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from localcluster.info import ClusterInfo
+
+T = TypeVar("T")
+GROUP = "serving.llama-operator.dev"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5) -> T:
+    """Poll until fn returns something truthy; fail naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class Cluster:
+    info: ClusterInfo
+
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.info.kubectl_path), f"--kubeconfig={kubeconfig or self.info.kubeconfig}", *args],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done
+
+    def apply(self, manifest: dict[str, Any] | str, namespace: str) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        return self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text, check=False)
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        done = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def list(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        args = ["get", kind, "-n", namespace, "-o", "json"]
+        if selector:
+            args += ["-l", selector]
+        items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
+        return items
+
+    def pods_of(self, service: str, namespace: str) -> list[dict[str, Any]]:
+        return self.list("pods", namespace, f"llama-operator.dev/llamaservice={service}")
+
+    def llamaservice(self, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.get(f"llamaservices.{GROUP}", name, namespace)
+
+    def condition(self, name: str, namespace: str, type_: str) -> dict[str, Any] | None:
+        svc = self.llamaservice(name, namespace) or {}
+        return next(
+            (c for c in (svc.get("status") or {}).get("conditions") or [] if c["type"] == type_), None
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class OperatorProcess:
+    """`llama-operator run` as a child process; restartable, its log kept for failures."""
+
+    cluster: Cluster
+    log_dir: Path
+    kubeconfig: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log(self) -> Path:
+        return self.log_dir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        port = free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig or self.cluster.info.kubeconfig),
+            "LLAMA_OPERATOR_PROMETHEUS_URL": self.cluster.info.prometheus_url,
+            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "2",
+            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": "30",
+            **self.extra_env,
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "llama_operator",
+            "run",
+            "--standalone",
+            "--verbose",
+            f"--liveness=http://127.0.0.1:{port}/healthz",
+            *self.extra_args,
+        ]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+        def healthy() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        eventually("the operator's liveness endpoint", healthy, timeout=90)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def tail(self, lines: int = 60) -> str:
+        return (
+            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+        )

@@ -1,0 +1,97 @@
+"""The real API server rejects invalid LlamaServices at apply time, naming the field (CRD schema + CEL)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from support import Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.llama-operator.dev/v1alpha1",
+        "kind": "LlamaService",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct"}, **spec},
+    }
+
+
+INVALID = [
+    (
+        "min-over-max",
+        {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+        ["spec.autoscaling.minReplicas", "minReplicas must be less than or equal to maxReplicas"],
+    ),
+    (
+        "unknown-accelerator",
+        {"accelerator": {"type": "tpu-v5"}},
+        ["spec.accelerator.type", "Unsupported value"],
+    ),
+    (
+        "mig-on-t4",
+        {"accelerator": {"type": "t4", "mig": "1g.10gb"}},
+        ["spec.accelerator.mig", "mig must be a MIG profile of the chosen type"],
+    ),
+    ("wrong-mig-profile", {"accelerator": {"type": "a100-40gb", "mig": "1g.10gb"}}, ["spec.accelerator.mig"]),
+    (
+        "count-with-mig",
+        {"accelerator": {"type": "a100-80gb", "mig": "1g.10gb", "count": 2}},
+        ["spec.accelerator.count", "count must be 1 with a MIG slice"],
+    ),
+    ("negative-slo", {"autoscaling": {"slo": {"ttftSeconds": -0.5}}}, ["spec.autoscaling.slo.ttftSeconds"]),
+    ("bad-percentile", {"autoscaling": {"slo": {"percentile": 100}}}, ["spec.autoscaling.slo.percentile"]),
+    ("bad-num-seqs", {"engine": {"maxNumSeqs": "lots"}}, ["spec.engine.maxNumSeqs", "'auto' or an integer"]),
+    (
+        "bad-memory-fraction",
+        {"engine": {"gpuMemoryUtilization": 1.5}},
+        ["spec.engine.gpuMemoryUtilization", "'auto' or a number between 0.5 and 0.98"],
+    ),
+    ("bad-dtype", {"engine": {"dtype": "fp4"}}, ["spec.engine.dtype", "Unsupported value"]),
+    ("no-model", {"model": None}, ["spec.model"]),
+    ("negative-replicas", {"replicas": -1}, ["spec.replicas"]),
+    ("unknown-field", {"acelerator": {"type": "t4"}}, ['unknown field "spec.acelerator"']),
+]
+
+
+@pytest.mark.parametrize(("name", "spec", "expected"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_llamaservice_is_rejected(
+    cluster: Cluster, namespace: str, name: str, spec: dict[str, Any], expected: list[str]
+) -> None:
+    body = manifest(name, **spec)
+    if spec.get("model", ...) is None:
+        del body["spec"]["model"]
+    done = cluster.kubectl(
+        "apply", "--validate=strict", "-n", namespace, "-f", "-", input_text=json.dumps(body), check=False
+    )
+    assert done.returncode != 0, f"{name} was accepted"
+    for text in expected:
+        assert text in done.stderr, f"{name}: {text!r} not in {done.stderr!r}"
+    assert cluster.llamaservice(name, namespace) is None
+
+
+def test_valid_values_are_accepted_and_defaulted(cluster: Cluster, namespace: str) -> None:
+    body = manifest(
+        "valid",
+        accelerator={"type": "a100-80gb", "mig": "1g.10gb"},
+        engine={"maxNumSeqs": 64, "gpuMemoryUtilization": 0.85},
+        autoscaling={"minReplicas": 1, "maxReplicas": 3},
+    )
+    done = cluster.apply(body, namespace)
+    assert done.returncode == 0, done.stderr
+    stored = cluster.llamaservice("valid", namespace)
+    assert stored is not None
+    spec = stored["spec"]
+    assert spec["engine"]["dtype"] == "auto"  # defaults come from the schema
+    assert spec["autoscaling"]["slo"]["ttftSeconds"] == 0.5
+    assert spec["accelerator"]["count"] == 1
+    assert (
+        cluster.apply(
+            manifest("auto-words", engine={"maxNumSeqs": "auto", "gpuMemoryUtilization": "auto"}), namespace
+        ).returncode
+        == 0
+    )

