@@ -1,0 +1,166 @@
+"""The Helm chart: lint, install into the local cluster, and the operator doing its whole job with the
+chart's ServiceAccount token (not the admin credentials), within least privilege."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import Cluster, OperatorProcess, eventually, repo_root
+
+pytestmark = pytest.mark.e2e
+
+RELEASE = "llama-op"
+RELEASE_NS = "llama-operator-system"
+SA = f"system:serviceaccount:{RELEASE_NS}:{RELEASE}"
+CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
+
+
+def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(cluster.info.helm_path), f"--kubeconfig={cluster.info.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def watched(cluster: Cluster) -> Iterator[str]:
+    name = "helm-team"
+    cluster.kubectl("create", "namespace", name, check=False)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, watched: str) -> Iterator[str]:
+    # The session applied the CRD with kubectl; label it so Helm adopts it instead of refusing.
+    cluster.kubectl("label", CRD, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+    cluster.kubectl(
+        "annotate",
+        CRD,
+        f"meta.helm.sh/release-name={RELEASE}",
+        f"meta.helm.sh/release-namespace={RELEASE_NS}",
+        "--overwrite",
+    )
+    done = helm(
+        cluster,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        RELEASE_NS,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{watched}}}",
+        "--wait=false",
+    )
+    assert done.returncode == 0, done.stderr
+    yield RELEASE
+    helm(cluster, "uninstall", RELEASE, "-n", RELEASE_NS)
+
+
+def test_helm_lint(cluster: Cluster) -> None:
+    done = helm(cluster, "lint", "--strict", str(repo_root() / "charts" / "llama-operator"))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_release_objects_exist(cluster: Cluster, release: str, watched: str) -> None:
+    assert cluster.get("serviceaccount", RELEASE, RELEASE_NS) is not None
+    assert cluster.get("configmap", RELEASE, RELEASE_NS) is not None
+    assert cluster.get("role", RELEASE, watched) is not None
+    crd = yaml.safe_load(cluster.kubectl("get", CRD, "-o", "yaml").stdout)
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "namespace", "allowed"),
+    [
+        ("get", "secrets", "watched", False),
+        ("list", "secrets", "watched", False),
+        ("watch", "secrets", "watched", False),
+        ("create", "deployments", "watched", True),
+        ("patch", "llamaservices.serving.llama-operator.dev/status", "watched", True),
+        ("update", "llamaservices.serving.llama-operator.dev", "watched", True),
+        ("create", "deployments", "kube-system", False),
+        ("delete", "services", "default", False),
+        ("create", "pods", "watched", False),
+        ("create", "pods/exec", "watched", False),
+        ("list", "nodes", None, True),
+        ("patch", "nodes", None, False),
+        ("delete", "customresourcedefinitions", None, False),
+    ],
+)
+def test_least_privilege(
+    cluster: Cluster,
+    release: str,
+    watched: str,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    allowed: bool,
+) -> None:
+    args = ["auth", "can-i", verb, resource, f"--as={SA}"]
+    if namespace is not None:
+        args += ["-n", watched if namespace == "watched" else namespace]
+    done = cluster.kubectl(*args, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), f"can-i {verb} {resource}: {done.stdout}"
+
+
+def _token_kubeconfig(cluster: Cluster, path: Path) -> Path:
+    token = cluster.kubectl("create", "token", RELEASE, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": cluster.info.apiserver_url,
+                    "certificate-authority": cluster.info.raw["pki"]["ca_cert"],
+                },
+            }
+        ],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_operator_works_with_the_charts_service_account(
+    cluster: Cluster, release: str, watched: str, tmp_path: Path
+) -> None:
+    kubeconfig = _token_kubeconfig(cluster, tmp_path / "sa.kubeconfig")
+    assert (
+        cluster.kubectl(
+            "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=kubeconfig
+        ).stdout
+        == SA
+    )
+    proc = OperatorProcess(
+        cluster, log_dir=tmp_path, kubeconfig=kubeconfig, extra_args=[f"--namespace={watched}"]
+    )
+    proc.start()
+    try:
+        manifest = (repo_root() / "examples" / "a10g-chat.yaml").read_text()
+        assert cluster.apply(manifest, watched).returncode == 0
+
+        def ready() -> bool:
+            status = (cluster.llamaservice("chat-a10g", watched) or {}).get("status") or {}
+            return status.get("phase") == "Ready"
+
+        eventually("chat-a10g Ready under the chart's RBAC", ready, timeout=120)
+        for kind in ("deployment", "service", "poddisruptionbudget"):
+            assert cluster.get(kind, "chat-a10g", watched) is not None, kind
+        assert "Forbidden" not in proc.log.read_text(), proc.tail()
+    finally:
+        proc.stop()
