@@ -134,7 +134,7 @@ def test_mig_mixed_placement() -> None:
     assert p.mig_strategy == "mixed"
     assert p.resources == {"nvidia.com/mig-1g.10gb": "1"}
     assert "nvidia.com/gpu" not in p.resources
-    assert p.node_selector == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert p.node_selector == {"nvidia.com/gpu.product": "A100-SXM4-80GB"}
     [term] = p.node_affinity
     assert [r.to_wire() for r in term.match_expressions] == [
         {"key": "nvidia.com/mig.config.state", "operator": "In", "values": ["success"]}
@@ -149,7 +149,7 @@ def test_mig_single_placement() -> None:
     p = plan(spec({"type": "a100-80gb", "mig": "1g.10gb"}), PlanningConfig(mig_strategy="single"))
     assert p.mig_strategy == "single"
     assert p.resources == {"nvidia.com/gpu": "1"}
-    assert p.node_selector == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}
+    assert p.node_selector == {"nvidia.com/gpu.product": "A100-SXM4-80GB-MIG-1g.10gb"}
     [term] = p.node_affinity
     assert term.match_expressions[0].operator == "In"
     assert term.match_expressions[0].values == ["success"]

@@ -91,7 +91,8 @@ class Accelerator:
     fp16_dense_tflops: float
     compute_capability: ComputeCapability | None  # None for cpu
     price_per_hour: float
-    # `nvidia.com/gpu.product` values this GPU is labelled with; the first is canonical.
+    # `nvidia.com/gpu.product` values this GPU is labelled with (GFD writes NVML's name with spaces as
+    # dashes; newer drivers prefix "NVIDIA"). The first is the canonical one, used without an inventory.
     product_labels: tuple[str, ...] = ()
     mig_profiles: tuple[MigProfile, ...] = ()
 
@@ -201,8 +202,8 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
             compute_capability=ComputeCapability(8, 0),
             price_per_hour=32.77 / 8,
             product_labels=(
-                "NVIDIA-A100-SXM4-40GB",
                 "A100-SXM4-40GB",
+                "NVIDIA-A100-SXM4-40GB",
                 "NVIDIA-A100-PCIE-40GB",
                 "NVIDIA-A100-PCIe-40GB",
                 "A100-PCIE-40GB",
@@ -218,8 +219,8 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
             compute_capability=ComputeCapability(8, 0),
             price_per_hour=40.97 / 8,
             product_labels=(
-                "NVIDIA-A100-SXM4-80GB",
                 "A100-SXM4-80GB",
+                "NVIDIA-A100-SXM4-80GB",
                 "NVIDIA-A100-80GB-PCIe",
                 "A100-80GB-PCIe",
                 "NVIDIA-A100-PCIE-80GB",
