@@ -1,0 +1,209 @@
+"""The quick-start demo: install the chart, run the operator with the chart's ServiceAccount, apply one
+LlamaService per accelerator family, and show where each landed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localcluster import info as cluster_info  # e2e/ is on sys.path: the script runs from there
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = REPO / ".cluster" / "demo"
+NAMESPACE = "demo"
+RELEASE, RELEASE_NS = "llama-operator", "llama-operator-system"
+CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
+
+
+def say(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+def run(*cmd: str, check: bool = True, input_text: str | None = None) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, input=input_text)
+    if check and done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:3])} ... failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+class Demo:
+    def __init__(self) -> None:
+        loaded = cluster_info.load()
+        if loaded is None:
+            raise SystemExit("no local cluster: run `bash e2e/cluster.sh up` first")
+        self.cluster = loaded
+
+    def kubectl(self, *args: str, check: bool = True, input_text: str | None = None) -> str:
+        return run(
+            str(self.cluster.kubectl_path),
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            *args,
+            check=check,
+            input_text=input_text,
+        )
+
+    def helm(self, *args: str) -> str:
+        return run(str(self.cluster.helm_path), f"--kubeconfig={self.cluster.kubeconfig}", *args)
+
+    def install_chart(self) -> None:
+        say("helm install charts/llama-operator")
+        if self.kubectl("get", CRD, check=False):  # left by an earlier run or the tests: let Helm adopt it
+            self.kubectl("label", CRD, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+            self.kubectl(
+                "annotate",
+                CRD,
+                f"meta.helm.sh/release-name={RELEASE}",
+                f"meta.helm.sh/release-namespace={RELEASE_NS}",
+                "--overwrite",
+            )
+        self.helm(
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(REPO / "charts" / "llama-operator"),
+            "-n",
+            RELEASE_NS,
+            "--create-namespace",
+        )
+        self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=60s")
+
+    def operator_kubeconfig(self) -> Path:
+        """The chart's ServiceAccount token: the operator runs with exactly the chart's RBAC."""
+        token = self.kubectl("create", "token", RELEASE, "-n", RELEASE_NS, "--duration=24h").strip()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "operator",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": self.cluster.apiserver_url,
+                        "certificate-authority": self.cluster.raw["pki"]["ca_cert"],
+                    },
+                }
+            ],
+            "users": [{"name": "operator", "user": {"token": token}}],
+            "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        }
+        path = STATE / "operator.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def start_operator(self) -> None:
+        pid_file = STATE / "operator.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), 0)
+                say(f"operator already running (pid {pid_file.read_text().strip()})")
+                return
+            except (OSError, ValueError):
+                pass
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.operator_kubeconfig()),
+            "LLAMA_OPERATOR_PROMETHEUS_URL": self.cluster.prometheus_url,
+            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "3",
+        }
+        log = (STATE / "operator.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_operator", "run", "--standalone", "--all-namespaces"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        pid_file.write_text(str(proc.pid))
+        say(
+            f"operator running as pid {proc.pid} with the chart's ServiceAccount (log: {STATE / 'operator.log'})"
+        )
+
+    def apply_examples(self) -> list[str]:
+        self.kubectl("create", "namespace", NAMESPACE, check=False)
+        names = []
+        for path in sorted((REPO / "examples").glob("*.yaml")):
+            doc = yaml.safe_load(path.read_text())
+            names.append(doc["metadata"]["name"])
+            self.kubectl("apply", "-n", NAMESPACE, "-f", str(path))
+            say(
+                f"applied {path.relative_to(REPO)} ({doc['spec'].get('accelerator', {}).get('type', 'auto')})"
+            )
+        return names
+
+    def show(self, names: list[str], wait_seconds: float = 90) -> None:
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            items = json.loads(self.kubectl("get", "llamaservices", "-n", NAMESPACE, "-o", "json"))["items"]
+            phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in items}
+            if all(phases.get(n) in {"Ready", "Failed", "Degraded"} for n in names):
+                break
+            time.sleep(2)
+        print()
+        print(self.kubectl("get", "llamaservices", "-n", NAMESPACE))
+        pods = json.loads(self.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"))["items"]
+        rows: list[tuple[str, ...]] = [("LLAMASERVICE", "POD", "NODE", "GPU PRODUCT / RESOURCE", "PHASE")]
+        nodes = {
+            n["metadata"]["name"]: n for n in json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        }
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            node = pod["spec"].get("nodeName") or "-"
+            labels: dict[str, Any] = nodes.get(node, {}).get("metadata", {}).get("labels", {})
+            limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+            gpu = ", ".join(f"{k}={v}" for k, v in limits.items() if k.startswith("nvidia.com/")) or "cpu"
+            product = labels.get("nvidia.com/gpu.product", "")
+            rows.append(
+                (
+                    pod["metadata"]["labels"].get("llama-operator.dev/llamaservice", "?"),
+                    pod["metadata"]["name"],
+                    node,
+                    f"{product} {gpu}".strip(),
+                    pod["status"].get("phase", ""),
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        print()
+        say(
+            f"try: kubectl --kubeconfig {self.cluster.kubeconfig} -n {NAMESPACE} describe llamaservice chat-t4"
+        )
+
+    def up(self) -> None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        self.install_chart()
+        self.start_operator()
+        self.show(self.apply_examples())
+
+    def down(self) -> None:
+        pid_file = STATE / "operator.pid"
+        if pid_file.exists():
+            try:
+                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+                say("operator stopped")
+            except (OSError, ValueError):
+                pass
+            pid_file.unlink()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("action", choices=["up", "down"])
+    args = parser.parse_args()
+    if args.action == "down" and cluster_info.load() is None:
+        return 0
+    demo = Demo()
+    demo.up() if args.action == "up" else demo.down()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
