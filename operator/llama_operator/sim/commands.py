@@ -1,0 +1,142 @@
+"""The `simulate` and `bench` subcommands (the CLI module wires them in with `register`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from llama_operator.sim.accelerators import ACCELERATORS, MODELS
+from llama_operator.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
+from llama_operator.sim.trace import BUNDLED_TRACES, load_trace
+
+JSON_KEYS = (
+    "requests_within_slo",
+    "windows_within_slo",
+    "gpu_hours",
+    "cost",
+    "replica_changes_per_hour",
+    "flaps",
+    "ttft_p50",
+    "ttft_p95",
+    "ttft_p99",
+)
+
+
+def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS), help="replica hardware")
+    parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS), help="model architecture")
+    parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT objective in seconds (default 1)")
+    parser.add_argument(
+        "--percentile", type=float, default=95.0, help="TTFT percentile held to it (default 95)"
+    )
+    parser.add_argument("--cold-start", type=float, default=40.0, help="seconds before a new replica serves")
+    parser.add_argument("--min-replicas", type=int, default=1)
+    parser.add_argument("--max-replicas", type=int, default=20)
+    parser.add_argument("--scrape-interval", type=int, default=5, help="Prometheus scrape interval, seconds")
+    parser.add_argument(
+        "--queue-target",
+        type=float,
+        default=4.0,
+        help="the LlamaService's waiting requests per replica target",
+    )
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    return Scenario(
+        accelerator=args.accelerator,
+        model=args.model,
+        slo_ttft_seconds=args.slo_ttft,
+        percentile=args.percentile,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        cold_start_seconds=args.cold_start,
+        scrape_interval=args.scrape_interval,
+        queue_depth_per_replica=args.queue_target,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `simulate` and `bench` to the CLI's subparsers."""
+    simulate = subparsers.add_parser(
+        "simulate",
+        help="replay a request trace against simulated vLLM replicas under an autoscaling policy",
+        description="Replay a trace (Azure format CSV, or the bundled 'code' / 'conversation') against "
+        "simulated vLLM replicas scaled by a policy, and report SLO attainment and GPU cost.",
+    )
+    simulate.add_argument("--trace", required=True, help=f"CSV path or one of {', '.join(BUNDLED_TRACES)}")
+    simulate.add_argument("--policy", required=True, choices=(*BASE_POLICIES, *TUNED_POLICIES))
+    _scenario_arguments(simulate)
+    simulate.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate")
+    simulate.add_argument("--time-scale", type=float, default=1.0, help="stretch the time axis")
+    simulate.add_argument("--json", action="store_true", help="print one JSON object")
+    simulate.set_defaults(func=run_simulate)
+
+    bench = subparsers.add_parser(
+        "bench",
+        help="run every policy over the bundled traces; print a table, write figures",
+        description="Run every policy (tuned HPA/KEDA included) over the bundled traces; print one table "
+        "and write table.md, results.json and a PNG per trace into --out.",
+    )
+    bench.add_argument(
+        "--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)"
+    )
+    bench.add_argument("--traces", nargs="+", default=list(BUNDLED_TRACES), choices=list(BUNDLED_TRACES))
+    _scenario_arguments(bench)
+    bench.set_defaults(func=run_bench_command)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        scenario = _scenario(args)
+        trace = load_trace(args.trace, rate_scale=args.rate_scale, time_scale=args.time_scale)
+        runner = ScenarioRunner(scenario, trace)
+        if args.policy in TUNED_POLICIES:
+            _, summary, _ = runner.tuned(args.policy.removesuffix("-tuned"))
+        else:
+            _, summary = runner.run(runner.policy(args.policy))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary.to_json()))
+        return 0
+    scaled = ""
+    if args.rate_scale != 1.0 or args.time_scale != 1.0:
+        scaled = f" (rate x{args.rate_scale:g}, time x{args.time_scale:g})"
+    print(f"trace {trace.name}{scaled}: {len(trace.requests)} requests over {trace.duration / 60:.1f} min")
+    print(
+        f"policy {summary.policy} on {scenario.accelerator} ({scenario.model}), "
+        f"SLO p{scenario.percentile:g} TTFT <= {scenario.slo_ttft_seconds:g}s"
+    )
+    print(f"  requests within SLO        {summary.requests_within_slo:.2%}")
+    print(f"  1-min windows within SLO   {summary.windows_within_slo:.2%}")
+    print(f"  GPU-hours                  {summary.gpu_hours:.2f}  (cost ${summary.cost:.2f})")
+    print(f"  replica changes per hour   {summary.replica_changes_per_hour:.1f}  (flaps {summary.flaps})")
+    print(
+        f"  TTFT p50/p95/p99           {summary.ttft_p50:.3f}s / {summary.ttft_p95:.3f}s / {summary.ttft_p99:.3f}s"
+    )
+    return 0
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from llama_operator.sim.bench import markdown_table, run_bench  # noqa: PLC0415 - pulls in plotting
+
+    started = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+
+    try:
+        rows, figures = run_bench(_scenario(args), args.out, progress, args.traces)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(markdown_table(rows))
+    for figure in figures:
+        print(f"figure: {figure}")
+    print(f"table: {args.out / 'table.md'}, results: {args.out / 'results.json'}")
+    print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return 0
