@@ -158,8 +158,8 @@ def _update_capacity(
     Only from steady windows (no replica joined, left or was starting: tokens per replica would be
     skewed), at most once per window: when the SLO broke while the model said the ready replicas
     were enough, the estimate was optimistic and is lowered; when the TTFT stayed well inside the SLO
-    while the model said more replicas were needed, it was pessimistic and is raised. Never below
-    the prompt throughput one replica was seen to sustain."""
+    while the model said more replicas were needed, or a replica served more than the estimate, it
+    was pessimistic and is raised. Each correction is one bounded factor."""
     capacity = state.capacity_tokens_per_second
     corrected = state.capacity_corrected_time
     if signals.status is not SignalStatus.OK or signals.ready_replicas <= 0 or signals.starting_replicas > 0:
@@ -173,9 +173,14 @@ def _update_capacity(
         # Without a prior only a saturated replica tells its capacity.
         saturated = signals.queue_waiting_total / signals.ready_replicas >= 1.0
         return (served if saturated else None), corrected
-    capacity = max(capacity, served)
+    if corrected is not None and now - corrected < signals.window_seconds:
+        return capacity, corrected
+    if served > capacity:
+        # A replica served more than the estimate: raise it, by a bounded step (one odd window must not
+        # inflate it for good).
+        return min(served, capacity / tuning.capacity_correction), now
     ttft = signals.ttft_percentile_seconds
-    if ttft is None or (corrected is not None and now - corrected < signals.window_seconds):
+    if ttft is None:
         return capacity, corrected
     model_needs = _replicas_by_queueing(spec, signals, capacity, tuning)
     if ttft > spec.slo.ttft_seconds and model_needs <= signals.ready_replicas:

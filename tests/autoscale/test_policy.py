@@ -1,0 +1,183 @@
+"""decide(): sized from load, counts starting replicas, holds on no data, stabilizes scale-down."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.autoscale.policy import decide
+from llama_operator.autoscale.signals import Signals, SignalStatus
+
+SPEC = AutoscalingSpec(
+    min_replicas=1,
+    max_replicas=8,
+    slo=SLOSpec(ttft_seconds=1.0, percentile=95, queue_depth_per_replica=4),
+    scale_down_stabilization_seconds=300,
+)
+CAPACITY = 10_000.0  # prompt tokens/s per replica
+
+
+def signals(
+    *,
+    rate: float = 2.0,
+    prompt: float = 1000.0,
+    ready: int = 1,
+    starting: int = 0,
+    waiting: float = 0.0,
+    ttft: float | None = 0.3,
+    status: SignalStatus = SignalStatus.OK,
+) -> Signals:
+    return Signals(
+        status=status,
+        ttft_percentile_seconds=ttft,
+        queue_waiting_total=waiting,
+        running_total=rate,
+        kv_cache_usage=0.1,
+        request_rate=rate,
+        prompt_token_rate=rate * prompt,
+        generation_token_rate=rate * 100,
+        ready_replicas=ready,
+        starting_replicas=starting,
+        current_replicas=ready + starting,
+        window_seconds=30.0,
+    )
+
+
+def fresh_state() -> AutoscalerState:
+    return AutoscalerState(capacity_tokens_per_second=CAPACITY)
+
+
+def test_scale_up_is_sized_from_the_load_in_one_step() -> None:
+    decision = decide(SPEC, signals(rate=40.0, ttft=2.5, waiting=3), fresh_state(), now=1000.0)
+    # 40 req/s x 1000 tokens = 40k tok/s: at least 40k / (10k x 0.8) = 5 replicas, decided at once.
+    assert decision.desired_replicas >= 5
+    assert decision.desired_replicas == min(decision.needed_replicas or 0, SPEC.max_replicas)
+    assert decision.reason.startswith("scale up 1 -> ")
+    assert "req/s" in decision.reason
+    assert decision.slo_met is False
+
+
+def test_replicas_still_starting_count_as_capacity() -> None:
+    first = decide(SPEC, signals(rate=30.0, ttft=3.0, waiting=10), fresh_state(), now=1000.0)
+    target = first.desired_replicas
+    assert target > 1
+    state = first.state
+    # The same burst seen while the new replicas load: the queue grows, nothing new is asked for.
+    for step, waiting in enumerate((20.0, 30.0, 40.0)):
+        later = signals(rate=30.0, ttft=5.0, waiting=waiting, ready=1, starting=target - 1)
+        later = replace(later, queue_waiting_total=min(waiting, 4.0 * target))
+        decision = decide(SPEC, later, state, now=1005.0 + 5 * step)
+        assert decision.desired_replicas == target
+        state = decision.state
+
+
+def test_no_data_holds_and_never_scales_down() -> None:
+    state = fresh_state()
+    blind = Signals.no_data(ready_replicas=5, starting_replicas=0, current_replicas=5)
+    first = decide(SPEC, blind, state, now=100.0)
+    assert first.desired_replicas == 5
+    assert first.no_data
+    assert first.state.no_data_since == 100.0
+    second = decide(SPEC, blind, first.state, now=400.0)
+    assert second.desired_replicas == 5
+    assert second.state.no_data_since == 100.0
+    assert "300s" in second.reason
+    assert second.state.recommendations == []
+    recovered = decide(SPEC, signals(ready=5), second.state, now=405.0)
+    assert recovered.state.no_data_since is None
+
+
+def test_scale_down_waits_for_the_stabilization_window_and_is_bounded() -> None:
+    up = decide(SPEC, signals(rate=50.0, ttft=2.0), fresh_state(), now=0.0)
+    high = up.desired_replicas
+    assert high >= 6
+    state = up.state
+    desired = high
+    timeline: list[tuple[float, int]] = []
+    for now in range(15, 700, 15):
+        decision = decide(SPEC, signals(rate=1.0, ready=desired), state, now=float(now))
+        state, desired = decision.state, decision.desired_replicas
+        timeline.append((float(now), desired))
+    assert all(replicas == high for t, replicas in timeline if t < 300)
+    downs = [
+        (t, r) for (t, r), (_, before) in zip(timeline, [(0.0, high), *timeline], strict=False) if r < before
+    ]
+    assert downs, "scaled down eventually"
+    first_down_time, first_down_to = downs[0]
+    assert first_down_time >= 300
+    assert first_down_to >= high // 2  # at most halving in one step
+    assert all(later - earlier >= 120 for (earlier, _), (later, _) in itertools.pairwise(downs))
+    assert timeline[-1][1] == SPEC.min_replicas
+
+
+def test_scale_down_keeps_what_the_load_needs() -> None:
+    state = fresh_state()
+    decision = decide(SPEC, signals(rate=20.0, ready=8), state, now=0.0)
+    for now in range(15, 1200, 15):
+        decision = decide(
+            SPEC, signals(rate=20.0, ready=decision.desired_replicas), decision.state, float(now)
+        )
+    needed = decision.needed_replicas
+    assert needed is not None
+    assert decision.desired_replicas == needed >= 3  # 20k tok/s cannot be served by fewer
+
+
+def test_min_max_and_the_limited_condition() -> None:
+    decision = decide(SPEC, signals(rate=500.0, ttft=10.0), fresh_state(), now=0.0)
+    assert decision.desired_replicas == SPEC.max_replicas
+    assert decision.scaling_limited
+    assert decision.limited_message is not None
+    assert decision.limited_message.startswith("SLO cannot be met at maxReplicas=8: needs ~")
+    low = decide(SPEC, signals(rate=0.1, ready=1), fresh_state(), now=0.0)
+    assert low.desired_replicas == 1
+    assert not low.scaling_limited
+
+
+def test_idle_scales_down_toward_min_after_the_window() -> None:
+    idle = signals(rate=0.0, ttft=None, ready=4, status=SignalStatus.IDLE)
+    state = fresh_state().model_copy(update={"last_scale_up_time": 0.0, "last_scale_time": 0.0})
+    early = decide(SPEC, idle, state, now=10.0)
+    assert early.desired_replicas == 2  # halving: the window holds nothing higher (no earlier need)
+    assert early.slo_met is None
+    state = early.state
+    busy_then_idle = decide(SPEC, signals(rate=30.0, ready=4), fresh_state(), now=0.0).state
+    held = decide(SPEC, idle, busy_then_idle, now=100.0)
+    assert held.desired_replicas == 4
+
+
+def test_state_round_trips_through_the_status_json() -> None:
+    state = fresh_state()
+    plain_state = fresh_state()
+    loads = [(2.0, 0.3), (40.0, 2.0), (40.0, 1.2), (10.0, 0.4), (1.0, 0.2), (1.0, 0.2)]
+    ready = 1
+    for step in range(60):
+        rate, ttft = loads[min(step // 10, len(loads) - 1)]
+        observed = signals(rate=rate, ttft=ttft, ready=ready)
+        restored = AutoscalingStatus.model_validate(
+            AutoscalingStatus(state=state).model_dump(by_alias=True, mode="json")
+        ).state
+        assert restored == state
+        decision = decide(SPEC, observed, restored, now=15.0 * step)
+        plain = decide(SPEC, observed, plain_state, now=15.0 * step)
+        assert decision.desired_replicas == plain.desired_replicas
+        state, plain_state, ready = decision.state, plain.state, decision.desired_replicas
+    wire = AutoscalingStatus(state=state).to_wire()
+    assert "capacityTokensPerSecond" in wire["state"]  # type: ignore[operator]
+
+
+def test_deterministic() -> None:
+    a = decide(SPEC, signals(rate=33.0, ttft=1.5), fresh_state(), now=5.0)
+    b = decide(SPEC, signals(rate=33.0, ttft=1.5), fresh_state(), now=5.0)
+    assert a == b
+
+
+def test_without_a_capacity_estimate_a_breach_still_scales_up() -> None:
+    decision = decide(SPEC, signals(rate=5.0, ttft=3.0, ready=2), AutoscalerState(), now=0.0)
+    assert decision.desired_replicas > 2
+
+
+def test_queue_target_breach_scales_up() -> None:
+    decision = decide(SPEC, signals(rate=0.5, ttft=0.3, ready=2, waiting=20), fresh_state(), now=0.0)
+    assert decision.desired_replicas >= 5  # 20 waiting / target 4

@@ -1,0 +1,71 @@
+"""The simulate subcommand, called through its own argparse registration (the CLI wires it in)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from llama_operator.sim.commands import JSON_KEYS, register
+
+from .conftest import synthetic_trace
+
+
+def call(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="llama-operator")
+    register(parser.add_subparsers(required=True))
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+@pytest.fixture
+def trace_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "trace.csv"
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for request in synthetic_trace(seconds=240.0).requests:
+        whole = int(request.arrival)
+        fraction = f"{request.arrival - whole:.7f}"[2:]
+        lines.append(
+            f"2023-11-16 18:{whole // 60:02d}:{whole % 60:02d}.{fraction},{request.prompt_tokens},"
+            f"{request.output_tokens}"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("policy", ["slo", "hpa", "keda", "kpa", "static", "oracle"])
+def test_simulate_json_has_the_keys(policy: str, trace_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = call(
+        [
+            "simulate",
+            "--trace",
+            str(trace_csv),
+            "--policy",
+            policy,
+            "--accelerator",
+            "t4",
+            "--slo-ttft",
+            "1",
+            "--json",
+        ]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(JSON_KEYS) <= set(out)
+    assert 0.0 <= out["requests_within_slo"] <= 1.0
+    assert out["gpu_hours"] > 0
+
+
+def test_simulate_prints_a_report(trace_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert call(["simulate", "--trace", str(trace_csv), "--policy", "slo", "--rate-scale", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "requests within SLO" in out
+    assert "rate x2" in out
+
+
+def test_simulate_reports_a_bad_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert call(["simulate", "--trace", "/nope.csv", "--policy", "slo"]) == 2
+    assert "error:" in capsys.readouterr().err
