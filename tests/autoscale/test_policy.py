@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
-from llama_operator.autoscale.policy import decide
+from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 
 SPEC = AutoscalingSpec(
@@ -96,7 +96,7 @@ def test_scale_down_waits_for_the_stabilization_window_and_is_bounded() -> None:
     state = up.state
     desired = high
     timeline: list[tuple[float, int]] = []
-    for now in range(15, 700, 15):
+    for now in range(15, 1500, 15):
         decision = decide(SPEC, signals(rate=1.0, ready=desired), state, now=float(now))
         state, desired = decision.state, decision.desired_replicas
         timeline.append((float(now), desired))
@@ -108,7 +108,10 @@ def test_scale_down_waits_for_the_stabilization_window_and_is_bounded() -> None:
     first_down_time, first_down_to = downs[0]
     assert first_down_time >= 300
     assert first_down_to >= high // 2  # at most halving in one step
-    assert all(later - earlier >= 120 for (earlier, _), (later, _) in itertools.pairwise(downs))
+    assert all(
+        later - earlier >= DEFAULT_TUNING.scale_down_interval
+        for (earlier, _), (later, _) in itertools.pairwise(downs)
+    )
     assert timeline[-1][1] == SPEC.min_replicas
 
 
@@ -181,3 +184,31 @@ def test_without_a_capacity_estimate_a_breach_still_scales_up() -> None:
 def test_queue_target_breach_scales_up() -> None:
     decision = decide(SPEC, signals(rate=0.5, ttft=0.3, ready=2, waiting=20), fresh_state(), now=0.0)
     assert decision.desired_replicas >= 5  # 20 waiting / target 4
+
+
+def test_a_queue_built_while_replicas_load_is_not_counted_again() -> None:
+    state = fresh_state()
+    first = decide(SPEC, signals(rate=1.0, ready=2, waiting=20), state, now=0.0)
+    assert first.desired_replicas == 5  # 20 waiting / target 4
+    loading = signals(rate=1.0, ready=2, starting=3, waiting=60)
+    second = decide(SPEC, loading, first.state, now=5.0)
+    assert second.desired_replicas == 5
+
+
+def test_recurring_bursts_stretch_the_stabilization_window() -> None:
+    state = fresh_state()
+    ready = 1
+    quiet, burst = signals(rate=1.0), signals(rate=40.0, ttft=3.0)
+    downs: list[float] = []
+    for now in range(0, 2400, 15):
+        observed = burst if now % 400 < 30 else quiet  # a burst every 400 s
+        decision = decide(
+            SPEC, replace(observed, ready_replicas=ready, current_replicas=ready), state, float(now)
+        )
+        if decision.desired_replicas < ready:
+            downs.append(float(now))
+        state, ready = decision.state, decision.desired_replicas
+    # Once bursts have recurred, replicas are held through the gaps rather than cycled.
+    assert downs
+    assert all(t < 1200 for t in downs)
+    assert len(state.recommendations) < 20  # change points only: the status stays small

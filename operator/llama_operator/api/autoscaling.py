@@ -47,6 +47,14 @@ class AutoscalerState(WireModel):
             gt=0,
         ),
     ] = None
+    capacity_prior_tokens_per_second: Annotated[
+        float | None,
+        Field(
+            description="The accelerator catalog's figure for that capacity, if known: the learned estimate "
+            "stays within a band around it, so bursts cannot talk it into nonsense.",
+            gt=0,
+        ),
+    ] = None
     capacity_corrected_time: Annotated[
         float | None, Field(description="Unix time the capacity estimate was last lowered.")
     ] = None

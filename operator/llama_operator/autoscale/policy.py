@@ -15,6 +15,7 @@ step per `scale_down_interval`, at most halving.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -28,13 +29,16 @@ from llama_operator.autoscale.signals import Signals, SignalStatus
 class PolicyTuning:
     """Knobs of the policy that are not part of the user's contract."""
 
-    slo_headroom: float = 0.7  # size for TTFT <= headroom * SLO at the percentile, leaving room for bursts
+    slo_headroom: float = 0.5  # size for TTFT <= headroom * SLO at the percentile, leaving room for bursts
     max_utilization: float = 0.8  # never plan a replica's prefill above this share of its capacity
     backlog_drain_seconds: float = 20.0  # a queue found waiting should be gone within this
     kv_usage_target: float = 0.85  # KV cache usage per replica above which replicas are added
     capacity_correction: float = 0.9  # factor applied to the capacity estimate when the model is found wrong
-    scale_down_interval: float = 120.0  # seconds between two scale-downs
+    capacity_band: tuple[float, float] = (0.6, 1.5)  # learned capacity stays within this band of the prior
+    scale_down_interval: float = 300.0  # seconds between two scale-downs
     max_scale_down_fraction: float = 0.5  # at most this share of replicas removed in one step
+    burst_window_factor: float = 3.0  # stabilization stretch when the load comes in bursts
+    burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -92,9 +96,10 @@ def decide(
     else:
         need = _needed_replicas(spec, signals, capacity, tuning)
 
-    window = spec.scale_down_stabilization_seconds
-    recent = [r for r in state.recommendations if now - r.time < window]
-    recent.append(Recommendation(time=now, replicas=min(max(need.replicas, low), high)))
+    recommended = min(max(need.replicas, low), high)
+    history = _remember(state.recommendations, now, recommended, spec, tuning)
+    window = _stabilization_window(history, now, spec, tuning)
+    stabilized = _highest_since(history, now - window)
     limited = need.replicas > high
     limited_message = f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}" if limited else None
 
@@ -105,7 +110,6 @@ def decide(
         desired = target
         reason = f"scale up {current} -> {desired}: {need.why}"
     elif target < current:
-        stabilized = max(r.replicas for r in recent)
         floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
         if stabilized >= current:
             reason = f"holding {current}: {need.why}, but {stabilized} were needed within the last {window}s"
@@ -116,14 +120,14 @@ def decide(
             )
         else:
             desired = max(stabilized, floor, low)
-            reason = f"scale down {current} -> {desired}: {need.why}; highest need in the last {window}s"
+            reason = f"scale down {current} -> {desired}: {need.why}; highest need in the last {window:.0f}s"
     else:
         reason = f"steady at {current}: {need.why}"
 
     changed = desired != current
     new_state = state.model_copy(
         update={
-            "recommendations": recent,
+            "recommendations": history,
             "no_data_since": None,
             "capacity_tokens_per_second": capacity,
             "capacity_corrected_time": corrected_time,
@@ -144,6 +148,45 @@ def decide(
     )
 
 
+def _remember(
+    history: list[Recommendation], now: float, replicas: int, spec: AutoscalingSpec, tuning: PolicyTuning
+) -> list[Recommendation]:
+    """Recommendations as change points (a new entry only when the value changes), kept for the longest
+    window the policy may use, plus the one in force at its start. Keeps the CR status small."""
+    horizon = now - spec.scale_down_stabilization_seconds * tuning.burst_window_factor
+    kept = [r for r in history if r.time >= horizon]
+    older = [r for r in history if r.time < horizon]
+    if older:
+        kept.insert(0, older[-1])
+    if not kept or kept[-1].replicas != replicas:
+        kept.append(Recommendation(time=now, replicas=replicas))
+    return kept
+
+
+def _highest_since(history: list[Recommendation], since: float) -> int:
+    """Highest recommendation in force at any time since `since` (change points: the one before counts)."""
+    in_force = [r.replicas for r in history if r.time >= since]
+    before = [r for r in history if r.time < since]
+    if before:
+        in_force.append(before[-1].replicas)
+    return max(in_force)
+
+
+def _stabilization_window(
+    history: list[Recommendation], now: float, spec: AutoscalingSpec, tuning: PolicyTuning
+) -> float:
+    """The spec's window, stretched when the load has come in bursts: when the need rose sharply more
+    than once within the longer window, replicas are held through it, since the next burst is likely
+    and a replica takes a cold start to come back."""
+    base = float(spec.scale_down_stabilization_seconds)
+    longer = base * tuning.burst_window_factor
+    rises = 0
+    for previous, current in itertools.pairwise(history):
+        if now - current.time <= longer and current.replicas >= previous.replicas + tuning.burst_rise:
+            rises += 1
+    return longer if rises >= 2 else base
+
+
 def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
     if signals.ttft_percentile_seconds is None:
         return None
@@ -151,6 +194,17 @@ def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
 
 
 def _update_capacity(
+    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float, tuning: PolicyTuning
+) -> tuple[float | None, float | None]:
+    capacity, corrected = _calibrate_capacity(spec, signals, state, now, tuning)
+    prior = state.capacity_prior_tokens_per_second
+    if capacity is not None and prior is not None:
+        low, high = tuning.capacity_band
+        capacity = min(max(capacity, prior * low), prior * high)
+    return capacity, corrected
+
+
+def _calibrate_capacity(
     spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float, tuning: PolicyTuning
 ) -> tuple[float | None, float | None]:
     """Calibrate the per-replica prefill capacity (prompt tokens/s) against what the replicas did.
@@ -233,7 +287,10 @@ def _needed_replicas(
             )
             needs.append(_Need(drain, f"{signals.queue_waiting_total:.0f} waiting must drain"))
     queue_per_replica = signals.queue_waiting_total / ready
-    if queue_per_replica > slo.queue_depth_per_replica:
+    # A queue that builds while replicas load is theirs to absorb: re-counting it is how
+    # scale-ups cascade (2 -> 4 -> 8 -> 16) before the first new replica serves.
+    if signals.starting_replicas == 0 and queue_per_replica > slo.queue_depth_per_replica:
+        # Sized by the user's own target: a queue seen at one scrape is usually a burst still arriving.
         by_queue = math.ceil(signals.queue_waiting_total / slo.queue_depth_per_replica)
         needs.append(
             _Need(

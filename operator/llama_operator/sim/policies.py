@@ -25,14 +25,16 @@ class SloPolicy:
     spec: AutoscalingSpec
     capacity_prior: float | None = None  # what the catalog publishes for the accelerator, if anything
     evaluation_interval: int = 5
-    signal_window: float = 30.0
+    signal_window: float = 20.0  # rate window: four 5 s scrapes
     tuning: PolicyTuning = DEFAULT_TUNING
     name: str = "slo"
     state: AutoscalerState = field(default_factory=AutoscalerState)
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.state = AutoscalerState(capacity_tokens_per_second=self.capacity_prior)
+        self.state = AutoscalerState(
+            capacity_tokens_per_second=self.capacity_prior, capacity_prior_tokens_per_second=self.capacity_prior
+        )
 
     def initial_replicas(self) -> int:
         return self.spec.min_replicas
