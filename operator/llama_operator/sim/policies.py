@@ -33,7 +33,8 @@ class SloPolicy:
 
     def __post_init__(self) -> None:
         self.state = AutoscalerState(
-            capacity_tokens_per_second=self.capacity_prior, capacity_prior_tokens_per_second=self.capacity_prior
+            capacity_tokens_per_second=self.capacity_prior,
+            capacity_prior_tokens_per_second=self.capacity_prior,
         )
 
     def initial_replicas(self) -> int:
