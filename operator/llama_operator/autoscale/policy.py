@@ -38,6 +38,7 @@ class PolicyTuning:
     scale_down_interval: float = 300.0  # seconds between two scale-downs
     max_scale_down_fraction: float = 0.5  # at most this share of replicas removed in one step
     burst_window_factor: float = 3.0  # stabilization stretch when the load comes in bursts
+    burst_memory_factor: float = 6.0  # bursts within this many windows make the load bursty
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
 
 
@@ -153,7 +154,9 @@ def _remember(
 ) -> list[Recommendation]:
     """Recommendations as change points (a new entry only when the value changes), kept for the longest
     window the policy may use, plus the one in force at its start. Keeps the CR status small."""
-    horizon = now - spec.scale_down_stabilization_seconds * tuning.burst_window_factor
+    horizon = now - spec.scale_down_stabilization_seconds * max(
+        tuning.burst_window_factor, tuning.burst_memory_factor
+    )
     kept = [r for r in history if r.time >= horizon]
     older = [r for r in history if r.time < horizon]
     if older:
@@ -176,15 +179,16 @@ def _stabilization_window(
     history: list[Recommendation], now: float, spec: AutoscalingSpec, tuning: PolicyTuning
 ) -> float:
     """The spec's window, stretched when the load has come in bursts: when the need rose sharply more
-    than once within the longer window, replicas are held through it, since the next burst is likely
-    and a replica takes a cold start to come back."""
+    than once within the burst memory, replicas are held through the longer window, since the next
+    burst is likely and a replica takes a cold start to come back."""
     base = float(spec.scale_down_stabilization_seconds)
-    longer = base * tuning.burst_window_factor
-    rises = 0
-    for previous, current in itertools.pairwise(history):
-        if now - current.time <= longer and current.replicas >= previous.replicas + tuning.burst_rise:
-            rises += 1
-    return longer if rises >= 2 else base
+    memory = base * tuning.burst_memory_factor
+    rises = sum(
+        1
+        for previous, current in itertools.pairwise(history)
+        if now - current.time <= memory and current.replicas >= previous.replicas + tuning.burst_rise
+    )
+    return base * tuning.burst_window_factor if rises >= 2 else base
 
 
 def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
