@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,12 @@ def test_simulate_prints_a_report(trace_csv: Path, capsys: pytest.CaptureFixture
 def test_simulate_reports_a_bad_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert call(["simulate", "--trace", "/nope.csv", "--policy", "slo"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_wired_cli_prints_the_json_keys(trace_csv: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "llama_operator", "simulate", "--trace", str(trace_csv), "--policy", "slo",
+         "--accelerator", "t4", "--slo-ttft", "1", "--json"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert set(JSON_KEYS) <= set(json.loads(completed.stdout))

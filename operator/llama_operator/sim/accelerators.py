@@ -126,9 +126,12 @@ def replica_profile(accelerator: str, model: str = "llama-3.2-1b", max_num_seqs:
 
 # What an operator would believe before measuring: the design brief's "est. prefill tok/s" column.
 # The SLO policy starts from this and corrects it online; the simulator's true capacity differs.
+# L4 and the whole A100 are not in that table: theirs is the brief's formula at mu = 0.4 (F / (mu FLOPS)).
 PUBLISHED_PREFILL_TOKENS_PER_SECOND: dict[str, float] = {
     "t4": 13_000,
     "a10g": 14_000,
+    "l4": 24_800,
+    "a100-40gb": 64_000,
     "a100-40gb-1g.5gb": 9_000,
     "a100-80gb-1g.10gb": 9_000,
     "a100-80gb-2g.20gb": 18_000,
