@@ -42,8 +42,9 @@ class AutoscalerState(WireModel):
         float | None,
         Field(
             description="Estimated prompt tokens per second one replica can prefill: seeded from the "
-            "accelerator catalog when known, raised when a replica is seen serving more, lowered when the "
-            "SLO breaks below the load it predicts to be safe.",
+            "accelerator catalog when known, then calibrated by one bounded step per window: raised when "
+            "a replica serves more, or TTFT stays well inside the SLO where the model asked for more "
+            "replicas; lowered when the SLO breaks where the model said the replicas were enough.",
             gt=0,
         ),
     ] = None
