@@ -4,13 +4,17 @@ Pure and deterministic: time is an argument, everything remembered between evalu
 `AutoscalerState` (persisted in the LlamaService status). The same function runs in the operator
 and in the simulator.
 
-How it sizes: the replicas needed are computed from the load, not stepped: an M/M/c estimate of the
-replicas that keep P(TTFT > headroom * SLO) under 1 - percentile at the observed request rate and
-mean prompt length, with each replica's prefill capacity learned online; floors from the backlog
-(drain it within a bounded time), the queue-per-replica target and KV-cache usage. The need is
-absolute, so replicas still starting are counted as capacity (no cascade while models load).
-Scale-down takes the highest need of the stabilization window (HPA-style), and happens at most one
-step per `scale_down_interval`, at most halving.
+Scale-up is sized from the load in one step: an M/M/c estimate of the replicas that keep
+P(queue wait > headroom * SLO - mean prefill time) under 1 - percentile at the observed request
+rate and mean prompt length, each replica's prefill capacity calibrated online around the
+catalog's figure; with floors from the backlog (drained within a bounded time), the user's
+queue-per-replica target and KV-cache usage. The need is absolute, so replicas still starting
+count as capacity, and a queue that builds while they load is not counted again (no cascade).
+
+Scale-down takes the highest need of the stabilization window (HPA-style, each need computed with
+the SLO headroom at the load then observed, so the survivors still meet the SLO), stretched when the
+load has come in bursts; at most one step per `scale_down_interval`, at most halving. No data:
+hold, never scale down blind. Idle: the need is minReplicas, reached through the same window.
 """
 
 from __future__ import annotations
@@ -104,16 +108,15 @@ def decide(
     limited = need.replicas > high
     limited_message = f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}" if limited else None
 
-    target = min(max(need.replicas, low), high)
     desired = current
     last_down = state.last_scale_down_time
-    if target > current:
-        desired = target
+    if recommended > current:
+        desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
-    elif target < current:
+    elif recommended < current:
         floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
         if stabilized >= current:
-            reason = f"holding {current}: {need.why}, but {stabilized} were needed within the last {window}s"
+            reason = f"holding {current}: {need.why}, but {stabilized} were needed in the last {window:.0f}s"
         elif last_down is not None and now - last_down < tuning.scale_down_interval:
             reason = (
                 f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago "
