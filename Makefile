@@ -17,6 +17,7 @@ setup: $(VENV)/.installed
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/ruff format --check operator tests e2e
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
