@@ -79,9 +79,11 @@ GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSched
 MIG_NOT_READY_STATES = ("pending", "rebooting", "failed")
 
 # Host resources of a GPU replica: the API server, tokenizer and weight loading run on the CPU;
-# safetensors are read through the page cache, so half the per-replica weights is ample.
-GPU_REPLICA_BASE_CPUS = 2
-GPU_REPLICA_CPUS_PER_GPU = 2
+# safetensors are read through the page cache, so half the per-replica weights is ample. The CPU
+# request must fit the smallest GPU instances (g4dn.xlarge and g5.xlarge allocate ~3.9 of 4 vCPUs),
+# so it is a floor for scheduling, not a limit: vLLM may burst above it.
+GPU_REPLICA_BASE_CPUS = 1
+GPU_REPLICA_CPUS_PER_GPU = 1
 GPU_REPLICA_BASE_MEMORY_BYTES = 4 * GIB
 GPU_REPLICA_WEIGHT_MEMORY_SHARE = 0.5
 # A CPU replica holds weights and KV space in host memory, plus the Python runtime and buffers.
