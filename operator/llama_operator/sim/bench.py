@@ -40,7 +40,7 @@ def run_trace(
         progress(f"[{trace.name}] {name}: {time.perf_counter() - started:.1f}s")
         summaries.append(summary)
         results[name] = result
-    for base in ("hpa", "keda"):
+    for base in ("hpa", "keda", "kpa"):
         result, summary, _ = runner.tuned(base, lambda line: progress(f"[{trace.name}] {line}"))
         summaries.append(summary)
         results[f"{base}-tuned"] = result

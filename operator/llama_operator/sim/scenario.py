@@ -14,9 +14,14 @@ from llama_operator.sim.report import RunSummary, summarize
 from llama_operator.sim.trace import Trace
 
 BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle")
-TUNED_POLICIES = ("hpa-tuned", "keda-tuned")
-# Targets (waiting requests per pod / KEDA threshold) the tuned baselines sweep.
-TUNING_SWEEP = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0)
+TUNED_POLICIES = ("hpa-tuned", "keda-tuned", "kpa-tuned")
+# Targets the tuned baselines sweep: waiting requests per pod (HPA), the KEDA threshold, and in-flight
+# requests per pod (KPA, whose concurrency includes the running batch).
+TUNING_SWEEPS: dict[str, tuple[float, ...]] = {
+    "hpa": (0.5, 1.0, 2.0, 3.0, 5.0, 8.0),
+    "keda": (0.5, 1.0, 2.0, 3.0, 5.0, 8.0),
+    "kpa": (4.0, 8.0, 16.0, 32.0, 64.0),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +91,7 @@ class ScenarioRunner:
                 else KedaPolicy(spec, target, f"keda({target:g})")
             )
         if name == "kpa":
-            return KpaPolicy(spec, target)
+            return KpaPolicy(spec, target, name="kpa" if target is None else f"kpa(target={target:g})")
         if name == "static":
             return FixedReplicas(max(self.oracle_schedule()), name="static")
         if name == "oracle":
@@ -103,7 +108,7 @@ class ScenarioRunner:
         """The best target of a sweep: the cheapest run whose attainment is within 0.1 point of the best
         attainment reached, or 99 % if any reaches it."""
         runs: list[tuple[float, SimulationResult, RunSummary]] = []
-        for target in TUNING_SWEEP:
+        for target in TUNING_SWEEPS[base]:
             result, summary = self.run(self.policy(base, target))
             runs.append((target, result, summary))
             if progress is not None:
