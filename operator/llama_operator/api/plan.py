@@ -73,6 +73,13 @@ class Plan(WireModel):
     max_concurrency: Annotated[
         float, Field(description="Requests of max-model-len tokens the KV cache holds at once.")
     ] = 0.0
+    prefill_tokens_per_second: Annotated[
+        float,
+        Field(
+            description="Estimated compute-bound prefill throughput of one replica (tokens/s); seeds the "
+            "autoscaler's capacity estimate, which it then learns from observed load."
+        ),
+    ] = 0.0
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )

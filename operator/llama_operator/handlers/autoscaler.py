@@ -9,7 +9,6 @@ from typing import Any, cast
 
 import kopf
 
-from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.autoscale.policy import decide
@@ -18,7 +17,7 @@ from llama_operator.autoscale.signals import Signals
 from llama_operator.handlers.indexes import OwnerKey, one
 from llama_operator.infra.config import ConfigError, load_settings
 from llama_operator.infra.execute import set_deployment_replicas
-from llama_operator.reconcile.autoscaling import autoscale_outcome
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state
 
 
 def _interval() -> float:
@@ -90,7 +89,7 @@ def autoscale(
             starting_replicas=view.starting_replicas,
             current_replicas=view.current_replicas,
         )
-    state = AutoscalerState.model_validate(((body.status.get("autoscaling") or {}).get("state")) or {})
+    state = autoscaler_state(body.status)
     decision = decide(autoscaling, signals, state, time.time())
     outcome = autoscale_outcome(
         body.status,

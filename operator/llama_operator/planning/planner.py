@@ -82,6 +82,8 @@ MIG_NOT_READY_STATES = ("pending", "rebooting", "failed")
 # safetensors are read through the page cache, so half the per-replica weights is ample. The CPU
 # request must fit the smallest GPU instances (g4dn.xlarge and g5.xlarge allocate ~3.9 of 4 vCPUs),
 # so it is a floor for scheduling, not a limit: vLLM may burst above it.
+# Share of dense fp16 FLOPS a prefill reaches (design brief: mu ~ 0.4), at 2 FLOPs per parameter per token.
+PREFILL_COMPUTE_EFFICIENCY = 0.4
 GPU_REPLICA_BASE_CPUS = 1
 GPU_REPLICA_CPUS_PER_GPU = 1
 GPU_REPLICA_BASE_MEMORY_BYTES = 4 * GIB
@@ -746,6 +748,10 @@ def plan_service(
     memory_bytes = (
         candidate.device_memory_bytes * candidate.count if accel.is_gpu else sized.memory_request_bytes
     )
+    tflops = accel.slice_tflops(candidate.mig) if candidate.mig is not None else accel.fp16_dense_tflops
+    prefill_tokens_per_second = (
+        PREFILL_COMPUTE_EFFICIENCY * tflops * 1e12 * candidate.count / (2 * request.shape.parameters)
+    )
     return Plan(
         accelerator=accel.type.value,
         mig=candidate.mig.name if candidate.mig is not None else None,
@@ -772,5 +778,6 @@ def plan_service(
         kv_bytes_per_token=sized.kv_bytes_per_token,
         kv_cache_tokens=sized.kv_cache_tokens,
         max_concurrency=round(sized.kv_cache_tokens / sized.max_model_len, 2) if sized.max_model_len else 0.0,
+        prefill_tokens_per_second=round(prefill_tokens_per_second),
         notes=notes,
     )

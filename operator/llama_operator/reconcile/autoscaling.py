@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from llama_operator.api.autoscaling import ScalingDecision
+from llama_operator.api.autoscaling import AutoscalerState, ScalingDecision
 from llama_operator.api.conditions import (
     Condition,
     ConditionStatus,
@@ -18,6 +18,19 @@ from llama_operator.api.conditions import (
 )
 from llama_operator.autoscale.policy import Decision
 from llama_operator.autoscale.signals import Signals
+
+
+def autoscaler_state(status: Mapping[str, Any] | None) -> AutoscalerState:
+    """The policy's state as persisted in status; a first evaluation starts from the plan's estimate of a
+    replica's prefill capacity, which the policy then corrects from what it observes."""
+    status = status or {}
+    state = AutoscalerState.model_validate((status.get("autoscaling") or {}).get("state") or {})
+    prior = float((status.get("plan") or {}).get("prefillTokensPerSecond") or 0.0)
+    if state.capacity_prior_tokens_per_second is None and prior > 0:
+        state = state.model_copy(
+            update={"capacity_prior_tokens_per_second": prior, "capacity_tokens_per_second": prior}
+        )
+    return state
 
 
 @dataclass(frozen=True)

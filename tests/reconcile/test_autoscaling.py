@@ -1,0 +1,87 @@
+"""From a policy decision to status, conditions and Events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.autoscale.policy import decide
+from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+SPEC = AutoscalingSpec(min_replicas=1, max_replicas=4)
+
+
+def signals(
+    status: SignalStatus, *, waiting: float = 0, ttft: float | None = None, rate: float = 0
+) -> Signals:
+    return Signals(
+        status=status,
+        ttft_percentile_seconds=ttft,
+        queue_waiting_total=waiting,
+        running_total=waiting,
+        kv_cache_usage=0.2,
+        request_rate=rate,
+        prompt_token_rate=rate * 1000,
+        generation_token_rate=rate * 100,
+        ready_replicas=2,
+        starting_replicas=0,
+        current_replicas=2,
+    )
+
+
+def conditions(patch: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in patch["conditions"]}
+
+
+def test_first_evaluation_is_seeded_from_the_plan() -> None:
+    state = autoscaler_state({"plan": {"prefillTokensPerSecond": 10500}})
+    assert state.capacity_prior_tokens_per_second == 10500
+    assert state.capacity_tokens_per_second == 10500
+    learned = state.model_copy(update={"capacity_tokens_per_second": 8000.0})
+    again = autoscaler_state(
+        {"plan": {"prefillTokensPerSecond": 10500}, "autoscaling": {"state": learned.to_wire()}}
+    )
+    assert again.capacity_tokens_per_second == 8000.0  # what was learned survives a restart
+
+
+def test_no_data_holds_sets_condition_and_warns_once() -> None:
+    sig = signals(SignalStatus.NO_DATA)
+    decision = decide(SPEC, sig, autoscaler_state(None), 1000.0)
+    out = autoscale_outcome(
+        None,
+        decision,
+        sig,
+        slo_ttft_seconds=0.5,
+        prometheus_error="connection refused",
+        generation=1,
+        now=NOW,
+    )
+    assert out.replicas is None
+    cond = conditions(out.status_patch)["ScalingActive"]
+    assert cond["status"] == "False"
+    assert "connection refused" in cond["message"]
+    assert [e.reason for e in out.events] == ["NoMetrics"]
+    assert out.events[0].warning
+    again = autoscale_outcome(
+        out.status_patch, decision, sig, slo_ttft_seconds=0.5, prometheus_error=None, generation=1, now=NOW
+    )
+    assert again.events == []  # no Event storm while the outage lasts
+
+
+def test_scale_up_records_decision_and_event() -> None:
+    sig = signals(SignalStatus.OK, waiting=40, ttft=3.0, rate=20)
+    decision = decide(SPEC, sig, autoscaler_state({"plan": {"prefillTokensPerSecond": 10500}}), 1000.0)
+    out = autoscale_outcome(
+        None, decision, sig, slo_ttft_seconds=0.5, prometheus_error=None, generation=1, now=NOW
+    )
+    assert out.replicas is not None and out.replicas > 2
+    auto = out.status_patch["autoscaling"]
+    assert auto["lastDecision"]["fromReplicas"] == 2
+    assert auto["lastDecision"]["toReplicas"] == out.replicas
+    assert auto["observedTtftSeconds"] == 3.0
+    assert auto["observedQueuePerReplica"] == 20
+    assert conditions(out.status_patch)["SLOMet"]["status"] == "False"
+    assert any(e.reason == "Scaled" for e in out.events)
