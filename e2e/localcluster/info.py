@@ -1,0 +1,89 @@
+"""Read `.cluster/cluster.json` from tests: `load()` or `None` when no cluster is up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localcluster.config import state_dir
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    raw: dict[str, Any]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.raw["kubeconfig"])
+
+    @property
+    def kubectl_path(self) -> Path:
+        return Path(self.raw["kubectl"])
+
+    @property
+    def helm_path(self) -> Path:
+        return Path(self.raw["helm"])
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(self.raw["bin_dir"])
+
+    @property
+    def prometheus_url(self) -> str:
+        return str(self.raw["prometheus_url"])
+
+    @property
+    def prometheus_targets_dir(self) -> Path:
+        return Path(self.raw["prometheus_targets_dir"])
+
+    @property
+    def fleet_port(self) -> int:
+        return int(self.raw["fleet_port"])
+
+    @property
+    def apiserver_url(self) -> str:
+        return str(self.raw["apiserver_url"])
+
+    @property
+    def nodes(self) -> list[str]:
+        return [str(n) for n in self.raw["nodes"]]
+
+    def env(self) -> dict[str, str]:
+        """os.environ plus KUBECONFIG, PROMETHEUS_URL and the tools on PATH."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PROMETHEUS_URL"] = self.prometheus_url
+        env["LOCALCLUSTER_FLEET_PORT"] = str(self.fleet_port)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.kubectl_path), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+
+def cluster_json_path() -> Path:
+    env = os.environ.get("LOCALCLUSTER_CLUSTER_JSON")
+    return Path(env) if env else state_dir() / "cluster.json"
+
+
+def load(path: Path | None = None) -> ClusterInfo | None:
+    path = path or cluster_json_path()
+    if not path.exists():
+        return None
+    return ClusterInfo(json.loads(path.read_text()))

@@ -1,0 +1,262 @@
+"""Small shared helpers: progress output, subprocesses with logs, ports, HTTP probes."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    """Progress line on stderr, prefixed with seconds since start, flushed at once."""
+    print(f"[cluster {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def fmt_duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
+
+
+class ClusterError(RuntimeError):
+    """A step failed; the message says which and where its log is."""
+
+
+def free_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> int:
+    """A port the kernel just handed out; `taken` avoids repeats within one `up`."""
+    taken = taken if taken is not None else set()
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            taken.add(port)
+            return port
+    raise ClusterError("no free port found")
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class TLSClient:
+    """Client TLS material for probing the apiserver and friends."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    verify: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert and self.key:
+            ctx.load_cert_chain(str(self.cert), str(self.key))
+        return ctx
+
+
+def http_get(url: str, tls: TLSClient | None = None, timeout: float = 3.0) -> tuple[int, str]:
+    """(status, body); status 0 when nothing answered."""
+    ctx = tls.context() if (tls and url.startswith("https")) else None
+    req = urllib.request.Request(url, headers={"Accept": "*/*"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+            return int(resp.status), resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return 0, ""
+
+
+def http_post(url: str, timeout: float = 5.0) -> int:
+    """POST with an empty body (Prometheus /-/reload); the status, 0 when nothing answered."""
+    req = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.5,
+    alive: Callable[[], str | None] | None = None,
+) -> float:
+    """Poll `check` until true; `alive` returns a reason to give up early (process died)."""
+    start = time.monotonic()
+    last_note = start
+    while True:
+        if check():
+            took = time.monotonic() - start
+            say(f"{what}: ready after {fmt_duration(took)}")
+            return took
+        if alive is not None:
+            reason = alive()
+            if reason:
+                raise ClusterError(f"{what}: {reason}")
+        now = time.monotonic()
+        if now - start > timeout:
+            raise ClusterError(f"{what}: not ready after {fmt_duration(timeout)}")
+        if now - last_note >= 10:
+            say(f"{what}: still waiting ({fmt_duration(now - start)})")
+            last_note = now
+        time.sleep(interval)
+
+
+def run(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run quietly, capture output; on failure raise with the tail of stderr."""
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        input=input_text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise ClusterError(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{tail}")
+    return proc
+
+
+def run_logged(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    log: Path,
+    what: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    every: float = 20.0,
+    count_lines: str | None = None,
+) -> None:
+    """Long step: output to `log`, a progress line every `every` seconds.
+
+    `count_lines` names what each output line means (e.g. "packages" for `go build -v`),
+    so progress says how far along it is rather than only how long it has taken.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    lines = 0
+    say(f"{what}: started (log: {log})")
+    with log.open("w") as out:
+        out.write(f"$ {' '.join(map(str, cmd))}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdout is not None
+        stop = threading.Event()
+
+        def ticker() -> None:
+            while not stop.wait(every):
+                counted = f", {lines} {count_lines}" if count_lines else ""
+                say(f"{what}: running {fmt_duration(time.monotonic() - start)}{counted}")
+
+        t = threading.Thread(target=ticker, daemon=True)
+        t.start()
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()  # so `tail -f` on the log follows the build
+                lines += 1
+            rc = proc.wait()
+        finally:
+            stop.set()
+    if rc != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-25:]
+        raise ClusterError(f"{what} failed (exit {rc}); log {log}:\n" + "\n".join(tail))
+    say(f"{what}: done in {fmt_duration(time.monotonic() - start)}")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, what: str) -> Iterator[None]:
+    """Exclusive lock so two concurrent `up`s do not build or start the same thing twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"{what}: another process holds {path}; waiting")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def apt_install(package: str, probe: Path) -> None:
+    """apt-get install, waiting for dpkg/apt locks another installer may hold."""
+    if os.geteuid() != 0:
+        raise ClusterError(f"{probe} is missing; as root run: apt-get install {package}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    lock_opts = ["-o", "DPkg::Lock::Timeout=900"]
+    for attempt in range(60):
+        if probe.exists():
+            return
+        say(f"apt: installing {package}" + (f" (retry {attempt})" if attempt else ""))
+        upd = subprocess.run(
+            ["apt-get", *lock_opts, "update", "-qq"], env=env, capture_output=True, text=True, check=False
+        )
+        if upd.returncode == 0:
+            inst = subprocess.run(
+                ["apt-get", *lock_opts, "install", "-y", "-qq", "--no-install-recommends", package],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if inst.returncode == 0 and probe.exists():
+                return
+            err = inst.stderr
+        else:
+            err = upd.stderr
+        if "lock" not in err.lower():
+            raise ClusterError(f"apt-get install {package} failed:\n{err.strip()[-1500:]}")
+        say("apt: another apt/dpkg holds the lock; waiting")
+        time.sleep(10)
+    raise ClusterError(f"apt-get install {package}: lock never freed")
