@@ -87,29 +87,37 @@ def test_more_replicas_than_capacity_stay_pending_and_say_why(
     assert any(p["status"].get("phase") == "Pending" for p in pods)
 
 
-def test_a_plan_that_cannot_work_is_degraded_with_an_event(
-    cluster: Cluster, operator: OperatorProcess, namespace: str
+DEGRADED_CASES = [
+    # (name, engine block, text the condition must contain)
+    ("fp8-on-t4", "    quantization: fp8", "sm_89"),
+    # A number or 'auto' cannot be typed in a structural schema: the operator rejects it, naming the field.
+    ("bad-memory-fraction", "    gpuMemoryUtilization: 1.5", "spec.engine.gpuMemoryUtilization"),
+]
+
+
+@pytest.mark.parametrize(("name", "engine", "expected"), DEGRADED_CASES, ids=[c[0] for c in DEGRADED_CASES])
+def test_a_spec_that_cannot_work_is_degraded_with_an_event(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, name: str, engine: str, expected: str
 ) -> None:
     doc = (
         example("t4-chat.yaml")
-        .replace("name: chat-t4", "name: fp8-on-t4")
-        .replace(
-            "  accelerator:\n    type: t4", "  accelerator:\n    type: t4\n  engine:\n    quantization: fp8"
-        )
+        .replace("name: chat-t4", f"name: {name}")
+        .replace("  accelerator:\n    type: t4", f"  accelerator:\n    type: t4\n  engine:\n{engine}")
     )
     assert cluster.apply(doc, namespace).returncode == 0
 
     def degraded() -> dict[str, Any] | None:
-        cond = cluster.condition("fp8-on-t4", namespace, "Degraded")
+        cond = cluster.condition(name, namespace, "Degraded")
         return cond if cond and cond["status"] == "True" else None
 
     cond = eventually("Degraded=True", degraded, timeout=60)
-    assert "sm_89" in cond["message"] or "fp8" in cond["message"]
+    assert expected in cond["message"]
     events = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=fp8-on-t4", "-o", "json"
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
     )
     assert any(e["reason"] == "InvalidSpec" for e in json.loads(events.stdout)["items"])
-    assert cluster.get("deployment", "fp8-on-t4", namespace) is None
+    assert cluster.get("deployment", name, namespace) is None
+    assert (cluster.llamaservice(name, namespace) or {})["status"]["phase"] == "Failed"
 
 
 def test_lifecycle_update_drift_restart_delete(

@@ -46,11 +46,6 @@ INVALID = [
     ("negative-slo", {"autoscaling": {"slo": {"ttftSeconds": -0.5}}}, ["spec.autoscaling.slo.ttftSeconds"]),
     ("bad-percentile", {"autoscaling": {"slo": {"percentile": 100}}}, ["spec.autoscaling.slo.percentile"]),
     ("bad-num-seqs", {"engine": {"maxNumSeqs": "lots"}}, ["spec.engine.maxNumSeqs", "'auto' or an integer"]),
-    (
-        "bad-memory-fraction",
-        {"engine": {"gpuMemoryUtilization": 1.5}},
-        ["spec.engine.gpuMemoryUtilization", "'auto' or a number between 0.5 and 0.98"],
-    ),
     ("bad-dtype", {"engine": {"dtype": "fp4"}}, ["spec.engine.dtype", "Unsupported value"]),
     ("no-model", {"model": None}, ["spec.model"]),
     ("negative-replicas", {"replicas": -1}, ["spec.replicas"]),

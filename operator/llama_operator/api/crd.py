@@ -79,13 +79,6 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "maxNumSeqs must be 'auto' or an integer between 1 and 4096",
         }
     ],
-    "spec.engine.gpuMemoryUtilization": [
-        {
-            "rule": "type(self) == string ? self == 'auto' : "
-            "((type(self) == double || type(self) == int) && double(self) >= 0.5 && double(self) <= 0.98)",
-            "message": "gpuMemoryUtilization must be 'auto' or a number between 0.5 and 0.98",
-        }
-    ],
 }
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
@@ -143,7 +136,8 @@ def _structural(node: Any, *, keep_defaults: bool) -> Any:
         elif node.get("x-kubernetes-int-or-string") or types == ["integer", "string"]:
             out["x-kubernetes-int-or-string"] = True
         else:
-            # Mixed types (e.g. a number or the word 'auto'): accept any scalar; CEL constrains it.
+            # Mixed types (a number or the word 'auto'): the API server cannot type it, and CEL cannot compile
+            # on an untyped field, so the operator validates it and reports a bad value as Degraded.
             out["x-kubernetes-preserve-unknown-fields"] = True
         if nullable:
             out["nullable"] = True
