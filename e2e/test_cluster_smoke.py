@@ -187,6 +187,47 @@ def test_t4_deployment_runs_only_on_t4_nodes_and_gpus_are_counted(namespace: str
     assert any("nvidia.com/gpu" in (c.get("message") or "") for c in pending["status"]["conditions"])
 
 
+def test_service_endpoints_list_the_ready_pod_ips(namespace: str) -> None:
+    apply(
+        deployment(
+            "svc",
+            namespace,
+            replicas=2,
+            resources={"cpu": "100m"},
+            annotations={"pod-ready.stage.kwok.x-k8s.io/delay": "300ms"},
+        )
+    )
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "svc", "namespace": namespace},
+            "spec": {"selector": {"app": "svc"}, "ports": [{"port": 80, "targetPort": 8000}]},
+        }
+    )
+
+    def ready_ips() -> set[str] | None:
+        ips = {p["status"]["podIP"] for p in pods(namespace, "app=svc") if is_ready(p)}
+        return ips if len(ips) == 2 else None
+
+    ips = eventually("2 Ready pods with IPs", ready_ips)
+
+    def endpoint_ips() -> set[str] | None:
+        slices = _info().kubectl_json(
+            "get", "endpointslices", "-n", namespace, "-l", "kubernetes.io/service-name=svc"
+        )["items"]
+        found = {
+            a
+            for s in slices
+            for e in s.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+            for a in e["addresses"]
+        }
+        return found if found == ips else None
+
+    eventually("the Service's EndpointSlice to list both pod IPs", endpoint_ips)
+
+
 def test_ready_delay_annotation_holds_readiness(namespace: str) -> None:
     apply(
         deployment(

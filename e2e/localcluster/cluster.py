@@ -536,6 +536,7 @@ class Cluster:
         scrape_interval: str | None,
         timeout: float,
     ) -> int:
+        lay = self.lay
         comps = self.components_of(data)
         ports = {str(k): int(v) for k, v in data["ports"].items()}
         old = self._settings(None, None, data)
@@ -558,24 +559,35 @@ class Cluster:
             comp.pid = prev.pid if prev and prev.argv == comp.argv else None
         comps = fresh
         down = [n for n in ORDER if not (self.procs.alive(comps[n]) and self.procs.healthy(comps[n]))]
-        restart_kwok = settings.pod_ready_delay_ms != old.pod_ready_delay_ms
-        reload_prom = settings.scrape_interval_ms != old.scrape_interval_ms
-        if not down and not restart_kwok and not reload_prom:
-            say(f"cluster already running (state {self.lay.root}); nothing to do")
-            self.write_facts(bins, comps, ports, settings, list(data.get("nodes", [])))
-            self.print_status(data)
-            return 0
+        # Re-render: a changed setting or a changed template in e2e/ takes effect now.
+        before = {p: p.read_text() if p.exists() else "" for p in (lay.kwok_config, lay.prometheus_config)}
         self._render(self.pki, ports, settings)
-        if restart_kwok and "kwok" not in down:
+        restart_kwok = lay.kwok_config.read_text() != before[lay.kwok_config] and "kwok" not in down
+        reload_prom = (
+            lay.prometheus_config.read_text() != before[lay.prometheus_config] and "prometheus" not in down
+        )
+        if not down and not restart_kwok and not reload_prom:
+            say(f"cluster already running (state {lay.root}); nothing to do")
+            self.write_facts(bins, comps, ports, settings, list(data.get("nodes", [])))
+            self.print_status(self.load() or data)
+            return 0
+        if restart_kwok:
             say(
-                f"kwok: default pod ready delay {old.pod_ready_delay_ms}ms -> "
-                f"{settings.pod_ready_delay_ms}ms; restarting kwok"
+                f"kwok: configuration changed (default pod ready delay {old.pod_ready_delay_ms}ms -> "
+                f"{settings.pod_ready_delay_ms}ms, or e2e/kwok edited); restarting kwok"
             )
             self.procs.stop_all([comps["kwok"]])
             comps["kwok"].pid = None
-        if reload_prom and "prometheus" not in down:
-            say(f"prometheus: scrape interval -> {prom_duration(settings.scrape_interval_ms)}; reloading")
-            http_post(f"http://127.0.0.1:{ports['prometheus']}/-/reload")
+        if reload_prom:
+            say(
+                f"prometheus: configuration changed (scrape interval "
+                f"{prom_duration(settings.scrape_interval_ms)}, or the template); reloading"
+            )
+            status = http_post(f"http://127.0.0.1:{ports['prometheus']}/-/reload")
+            if status != 200:
+                raise ClusterError(
+                    f"prometheus reload answered {status}; see {self.procs.log_path('prometheus')}"
+                )
         if down:
             say(f"cluster state found, but not healthy: {', '.join(down)}; restarting those")
         self._start_missing(bins, comps, ports, settings, timeout)

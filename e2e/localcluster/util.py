@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import socket
 import ssl
 import subprocess
@@ -34,17 +35,32 @@ class ClusterError(RuntimeError):
     """A step failed; the message says which and where its log is."""
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> int:
-    """A port the kernel just handed out; `taken` avoids repeats within one `up`."""
+    """A free port below the kernel's ephemeral range, so that no outgoing connection can
+    be holding it when a component is restarted later on the same port (the fleet port is
+    only reserved, and others bind it long after `up`). `taken` avoids repeats."""
     taken = taken if taken is not None else set()
-    for _ in range(100):
+    low, high = 20000, max(_ephemeral_low() - 1, 20001)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(low, high)
+        if port in taken:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in taken:
-            taken.add(port)
-            return port
-    raise ClusterError("no free port found")
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise ClusterError(f"no free port found in {low}-{high}")
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
