@@ -106,8 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llama-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the operator (extra options go to `kopf run`)")
-    run.add_argument("kopf_args", nargs=argparse.REMAINDER, help="kopf run options, e.g. --verbose -n team-a")
+    run = sub.add_parser(
+        "run",
+        help="run the operator (extra options go to `kopf run`)",
+        description="Run the operator. Every other option goes to `kopf run`: --standalone, --verbose, "
+        "--namespace=NS (repeatable) or --all-namespaces (the default), --liveness=URL.",
+    )
     run.set_defaults(func=cmd_run)
 
     crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")
@@ -136,7 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `run` passes every option it does not know to `kopf run`; the other commands are strict.
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "run":
+        args.kopf_args = unknown
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.func(args)
     except (InvalidSpecError, PlanningError) as err:
