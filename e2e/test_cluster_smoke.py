@@ -352,7 +352,10 @@ def test_prometheus_static_targets_from_files() -> None:
     prom = urllib.parse.urlparse(c.prometheus_url).netloc
     marker = uuid.uuid4().hex[:8]
     path = Path(c.prometheus_targets_dir) / f"smoke-{marker}.json"
-    path.write_text(json.dumps([{"targets": [prom], "labels": {"smoke": marker}}]))
+    # Write then rename: Prometheus may read a half-written file otherwise.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": [prom], "labels": {"smoke": marker}}]))
+    tmp.replace(path)
     try:
         result = eventually(
             "the static target's up series",
