@@ -16,7 +16,8 @@ pytestmark = pytest.mark.e2e
 
 RELEASE = "llama-op"
 RELEASE_NS = "llama-operator-system"
-SA = f"system:serviceaccount:{RELEASE_NS}:{RELEASE}"
+FULLNAME = f"{RELEASE}-llama-operator"  # the chart's names: <release>-llama-operator
+SA = f"system:serviceaccount:{RELEASE_NS}:{FULLNAME}"
 CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
 
 
@@ -73,9 +74,10 @@ def test_helm_lint(cluster: Cluster) -> None:
 
 
 def test_release_objects_exist(cluster: Cluster, release: str, watched: str) -> None:
-    assert cluster.get("serviceaccount", RELEASE, RELEASE_NS) is not None
-    assert cluster.get("configmap", RELEASE, RELEASE_NS) is not None
-    assert cluster.get("role", RELEASE, watched) is not None
+    assert cluster.get("serviceaccount", FULLNAME, RELEASE_NS) is not None
+    assert cluster.get("configmap", FULLNAME, RELEASE_NS) is not None
+    assert cluster.get("deployment", FULLNAME, RELEASE_NS) is not None
+    assert cluster.get("role", FULLNAME, watched) is not None
     crd = yaml.safe_load(cluster.kubectl("get", CRD, "-o", "yaml").stdout)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
@@ -115,7 +117,7 @@ def test_least_privilege(
 
 
 def _token_kubeconfig(cluster: Cluster, path: Path) -> Path:
-    token = cluster.kubectl("create", "token", RELEASE, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
+    token = cluster.kubectl("create", "token", FULLNAME, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
     config = {
         "apiVersion": "v1",
         "kind": "Config",

@@ -96,9 +96,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kopf.cli import main as kopf_main  # noqa: PLC0415 - only `run` pays for importing kopf
 
     kopf_args = ["run", "--module", "llama_operator.handlers", *args.kopf_args]
-    if not any(a in {"-A", "--all-namespaces", "-n", "--namespace"} for a in args.kopf_args):
+    scoped = ("-A", "--all-namespaces", "-n", "--namespace")
+    if not any(a == s or a.startswith(f"{s}=") for a in args.kopf_args for s in scoped):
         kopf_args.append("--all-namespaces")
-    kopf_main.main(args=kopf_args, prog_name="llama-operator run", standalone_mode=True)
+    kopf_main.main(args=kopf_args, prog_name="llama-operator", standalone_mode=True)
     return 0
 
 
