@@ -156,3 +156,80 @@ def test_metrics_exported(server: Any) -> None:
     assert ttft_count >= 1  # at least the readiness probe's completion
     assert series("vllm:num_requests_waiting")
     assert series("vllm:kv_cache_usage_perc")
+
+
+def test_operator_signals_from_real_prometheus_scraping_real_vllm(server: Any) -> None:
+    """Real Prometheus scrapes this vLLM server; the operator's own signal queries read TTFT at the SLO
+    percentile, queue depth and KV usage from it, then tell idle from no data. Proves the PromQL against
+    vLLM itself, not only against the fleet simulator."""
+    import json  # noqa: PLC0415 - keeps the module importable without the e2e helpers
+
+    from llama_operator.autoscale.promql import ServiceView, SignalLabels  # noqa: PLC0415
+    from llama_operator.autoscale.signals import SignalStatus  # noqa: PLC0415
+    from llama_operator.infra.prometheus import PrometheusSignals  # noqa: PLC0415
+    from localcluster import info as cluster_info  # noqa: PLC0415
+
+    cluster = cluster_info.load()
+    if cluster is None:
+        pytest.skip("no local cluster (Prometheus): run `make cluster-up`")
+    key = ("real-vllm", "tiny")
+    target = cluster.prometheus_targets_dir / "real-vllm.json"
+    host_port = server.base_url.split("://", 1)[1]
+    labels = {"namespace": key[0], "llamaservice": key[1], "pod": "tiny-0"}
+    target.write_text(json.dumps([{"targets": [host_port], "labels": labels}]))
+    prometheus = PrometheusSignals(cluster.prometheus_url, SignalLabels())
+    view = ServiceView(percentile=95, ready_replicas=1, starting_replicas=0, current_replicas=1)
+    try:
+
+        def fetch(window: float) -> Any:
+            return prometheus.fetch({key: view}, window_seconds=window)[key]
+
+        deadline = time.monotonic() + 60
+        while fetch(60).status is SignalStatus.NO_DATA and time.monotonic() < deadline:
+            time.sleep(1)  # file_sd refresh (5 s) + first scrape
+        assert fetch(60).status is not SignalStatus.NO_DATA, "Prometheus never scraped the vLLM server"
+
+        # Load: 6 clients on max-num-seqs 2, so requests wait; sample signals while it runs.
+        seen: dict[str, float] = {"waiting": 0.0, "kv": 0.0, "rate": 0.0}
+        ttfts: list[float] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                server.complete("Prometheus scrapes vLLM. " * 10, max_tokens=48, ignore_eos=True, timeout=300)
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            clients = [pool.submit(load) for _ in range(6)]
+            try:
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline and not (seen["waiting"] >= 1 and ttfts and seen["kv"] > 0):
+                    signals = fetch(30)
+                    if signals.status is SignalStatus.OK:
+                        seen["waiting"] = max(seen["waiting"], signals.queue_waiting_total)
+                        seen["kv"] = max(seen["kv"], signals.kv_cache_usage)
+                        seen["rate"] = max(seen["rate"], signals.request_rate)
+                        if signals.ttft_percentile_seconds is not None:
+                            ttfts.append(signals.ttft_percentile_seconds)
+                    time.sleep(2)
+            finally:
+                stop.set()
+                for c in clients:
+                    c.result()
+        print(f"\noperator signals under load: {seen}; TTFT p95 samples: {ttfts[-3:]}")
+        assert seen["waiting"] >= 1, seen
+        assert seen["kv"] > 0, seen
+        assert seen["rate"] > 0, seen
+        assert ttfts and all(0 < t < 600 for t in ttfts), ttfts
+
+        # With no requests for a whole window the counters say idle: that is not "no data".
+        deadline = time.monotonic() + 60
+        while fetch(10).status is not SignalStatus.IDLE and time.monotonic() < deadline:
+            time.sleep(2)
+        assert fetch(10).status is SignalStatus.IDLE
+    finally:
+        target.unlink(missing_ok=True)
+    # Without its target, the service reads as no data once Prometheus drops the series.
+    deadline = time.monotonic() + 60
+    while fetch(10).status is not SignalStatus.NO_DATA and time.monotonic() < deadline:
+        time.sleep(2)
+    assert fetch(10).status is SignalStatus.NO_DATA

@@ -45,7 +45,7 @@ class PrometheusSignals:
 
     def query(self, promql: str) -> list[Sample]:
         try:
-            raw = self._client.custom_query(promql, params={"timeout": f"{self._timeout}s"})
+            raw = self._client.custom_query(promql, params={"timeout": f"{self._timeout:g}s"})
         except Exception as err:  # the client raises requests' and its own errors alike
             raise PrometheusUnavailableError(f"{type(err).__name__}: {err}") from err
         return _samples(raw)
