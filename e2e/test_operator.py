@@ -186,6 +186,26 @@ def test_lifecycle_update_drift_restart_delete(
     row = next(r for r in rows if r.startswith("chat-a10g"))
     assert row.split()[1:4] == ["a10g", "2", "2"]
 
+    # With autoscaling off, `kubectl scale` works through the scale subresource; one replica needs no PDB.
+    cluster.kubectl("scale", "llamaservice", "chat-a10g", "-n", namespace, "--replicas=1")
+
+    def scaled_to_one() -> bool:
+        dep = cluster.get("deployment", "chat-a10g", namespace) or {}
+        status = (cluster.llamaservice("chat-a10g", namespace) or {}).get("status") or {}
+        no_pdb = cluster.get("poddisruptionbudget", "chat-a10g", namespace) is None
+        return dep.get("spec", {}).get("replicas") == 1 and status.get("replicas") == 1 and no_pdb
+
+    eventually("kubectl scale to reach the Deployment and drop the PDB", scaled_to_one, timeout=60)
+    scale = json.loads(
+        cluster.kubectl(
+            "get",
+            "--raw",
+            f"/apis/serving.llama-operator.dev/v1alpha1/namespaces/{namespace}/llamaservices/chat-a10g/scale",
+        ).stdout
+    )
+    assert scale["spec"]["replicas"] == 1
+    assert scale["status"]["selector"] == "llama-operator.dev/llamaservice=chat-a10g"
+
     # Deleting the LlamaService removes every owned object (garbage collector, no finalizer).
     cluster.kubectl("delete", "llamaservice", "chat-a10g", "-n", namespace)
 
