@@ -722,9 +722,17 @@ class Cluster:
             return 0
         if lay.root.exists() and not (lay.root / MARKER).exists():
             raise ClusterError(f"{lay.root} was not made by this tool; not touching it")
-        comps = list(reversed(list(self.components_of(data).values()))) if data else []
-        for note in self.procs.stop_all(comps, timeout=timeout):
-            say(f"down: {note}")
+        comps = self.components_of(data) if data else {}
+        # In stages: the apiserver's shutdown still talks to etcd, so etcd goes last.
+        stages = (
+            ("prometheus", "kwok", "kube-scheduler", "kube-controller-manager"),
+            ("kube-apiserver",),
+            ("etcd",),
+        )
+        for stage in stages:
+            group = [comps[n] for n in stage if n in comps]
+            for note in self.procs.stop_all(group, timeout=timeout):
+                say(f"down: {note}")
         shutil.rmtree(lay.root, ignore_errors=True)
         say(f"down: removed {lay.root} in {fmt_duration(time.monotonic() - t0)}")
         return 0
