@@ -1,4 +1,4 @@
-"""The llama-operator command: run | crd | plan | render | simulate | bench."""
+"""The llama-operator command: run | crd | plan | render | simulate | bench | fleet-sim | fleet-drive."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
+from llama_operator.fleetsim.commands import register as register_fleet_commands
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
 
     register_simulator_commands(sub)
+    register_fleet_commands(sub)
     return parser
 
 

@@ -1,0 +1,135 @@
+"""One simulated pod's metrics in the Prometheus text format (0.0.4), as vLLM's V1 engine exports them.
+
+Names, HELP texts, label names (`model_name`, `engine`) and histogram buckets follow vLLM
+(vllm/v1/metrics/loggers.py), and the layout follows prometheus_client, which vLLM uses: counters'
+HELP/TYPE lines name the `_total` series, floats are printed the way Go prints them (`le="1.0"`,
+`le="2560.0"`). The scrape adds `namespace`, `pod` and `llamaservice` (relabeling), as for a real pod.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm.v1.engine.FinishReason
+
+# vLLM V1's bounds for vllm:e2e_request_latency_seconds (request_latency_buckets); +Inf is implied.
+VLLM_E2E_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """Per-bucket counts (+Inf last), the sum and the count of the observations."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        # Buckets are `le`: a value equal to a bound belongs to that bound's bucket.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+
+@dataclass(slots=True)
+class PodStats:
+    """The cumulative metrics of one pod (a restarted pod is a new pod: counters start at zero)."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    successes: int = 0
+    ttft: Histogram = field(default_factory=lambda: Histogram(VLLM_TTFT_BUCKETS))
+    e2e_latency: Histogram = field(default_factory=lambda: Histogram(VLLM_E2E_LATENCY_BUCKETS))
+
+
+@dataclass(frozen=True, slots=True)
+class PodGauges:
+    waiting: int
+    running: int
+    kv_cache_usage: float  # 0..1
+
+
+def go_float(value: float) -> str:
+    """A float as prometheus_client prints it (Go's formatting): 1.0, 0.001, +Inf, 1.234567e+06."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(float(value))
+    dot = text.find(".")
+    # Go switches to an exponent sooner than Python does.
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return text
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    # Sorted by name, as prometheus_client (0.2x) prints them.
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
+
+
+def render(model_name: str, stats: PodStats, gauges: PodGauges) -> str:
+    """The body of `GET /metrics` of a vLLM server serving `model_name`."""
+    base = (("engine", "0"), ("model_name", model_name))
+    labels = _labels(base)
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+
+    def sample(name: str, value: float, text_labels: str = labels) -> None:
+        out.append(f"{name}{text_labels} {go_float(value)}")
+
+    family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
+    sample("vllm:num_requests_running", gauges.running)
+    family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
+    sample("vllm:num_requests_waiting", gauges.waiting)
+    family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
+    sample("vllm:kv_cache_usage_perc", gauges.kv_cache_usage)
+    # Preemption is not modelled (admission reserves whole sequences): the counter stays at zero.
+    family("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.")
+    sample("vllm:num_preemptions_total", 0)
+    family("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.")
+    sample("vllm:prompt_tokens_total", stats.prompt_tokens)
+    family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.")
+    sample("vllm:generation_tokens_total", stats.generation_tokens)
+    family("vllm:request_success_total", "counter", "Count of successfully processed requests.")
+    for reason in FINISH_REASONS:  # vLLM creates every reason's series; simulated requests all stop
+        count = stats.successes if reason == "stop" else 0
+        sample("vllm:request_success_total", count, _labels((*base, ("finished_reason", reason))))
+    for name, help_text, histogram in (
+        ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", stats.ttft),
+        (
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            stats.e2e_latency,
+        ),
+    ):
+        family(name, "histogram", help_text)
+        running = 0
+        for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+            running += count
+            sample(f"{name}_bucket", running, _labels((*base, ("le", go_float(bound)))))
+        sample(f"{name}_count", histogram.count)
+        sample(f"{name}_sum", histogram.total)
+    return "\n".join(out) + "\n"
