@@ -177,31 +177,80 @@ class Demo:
             f"try: kubectl --kubeconfig {self.cluster.kubeconfig} -n {NAMESPACE} describe llamaservice chat-t4"
         )
 
-    def up(self) -> None:
-        STATE.mkdir(parents=True, exist_ok=True)
-        self.install_chart()
-        self.start_operator()
-        self.show(self.apply_examples())
-
-    def down(self) -> None:
-        pid_file = STATE / "operator.pid"
+    def start_fleet(self) -> None:
+        """The fleet simulator: a simulated vLLM replica behind each pod kwok runs, scraped by Prometheus."""
+        pid_file = STATE / "fleet.pid"
         if pid_file.exists():
             try:
-                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-                say("operator stopped")
+                os.kill(int(pid_file.read_text()), 0)
+                return
             except (OSError, ValueError):
                 pass
-            pid_file.unlink()
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        log = (STATE / "fleet.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_operator", "fleet-sim", "--port", str(self.cluster.fleet_port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        pid_file.write_text(str(proc.pid))
+        say(f"fleet simulator running as pid {proc.pid} on port {self.cluster.fleet_port}")
+
+    def drive_load(self, seconds: int) -> None:
+        say(f"driving the conversation trace through chat-slo for {seconds}s: replicas follow the load")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "llama_operator",
+                "fleet-drive",
+                "chat-slo",
+                "-n",
+                NAMESPACE,
+                "--kubeconfig",
+                str(self.cluster.kubeconfig),
+                "--seconds",
+                str(seconds),
+            ],
+            check=False,
+        )
+
+    def up(self, load_seconds: int) -> None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        self.install_chart()
+        self.start_fleet()
+        self.start_operator()
+        self.show(self.apply_examples())
+        if load_seconds > 0:
+            self.drive_load(load_seconds)
+            print(self.kubectl("get", "llamaservice", "chat-slo", "-n", NAMESPACE))
+
+    def down(self) -> None:
+        for what in ("operator", "fleet"):
+            pid_file = STATE / f"{what}.pid"
+            if pid_file.exists():
+                try:
+                    os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+                    say(f"{what} stopped")
+                except (OSError, ValueError):
+                    pass
+                pid_file.unlink()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("--load-seconds", type=int, default=180, help="how long to drive load (0: none)")
     args = parser.parse_args()
     if args.action == "down" and cluster_info.load() is None:
         return 0
     demo = Demo()
-    demo.up() if args.action == "up" else demo.down()
+    if args.action == "up":
+        demo.up(args.load_seconds)
+    else:
+        demo.down()
     return 0
 
 
