@@ -122,6 +122,16 @@ def prometheus(cluster: Cluster) -> Iterator[Prometheus]:
         prom.start()
 
 
+@pytest.fixture
+def cleanup(cluster: Cluster, autoscaling_operator: OperatorProcess, namespace: str) -> Iterator[None]:
+    """Delete the LlamaService while the operator still runs: its finalizer needs the operator, and
+    a namespace deleted later would otherwise hang on it."""
+    yield
+    cluster.kubectl(
+        "delete", "llamaservice", NAME, "-n", namespace, "--wait=true", "--timeout=60s", check=False
+    )
+
+
 def _epoch(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
@@ -132,6 +142,7 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
     autoscaling_operator: OperatorProcess,
     prometheus: Prometheus,
     namespace: str,
+    cleanup: None,
 ) -> None:
     kube = Kube(cluster.info)
     timeline = Timeline()
@@ -149,6 +160,20 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
             f"\ntimeline:\n{timeline}\nautoscaling: {kube.autoscaling(namespace, NAME)}"
             f"\nfleet: {fleet.service(namespace, NAME)}\noperator log:\n{autoscaling_operator.tail(30)}"
         )
+
+    def last_decision(kind: str) -> dict[str, Any]:
+        """status.autoscaling.lastDecision once it records a `kind` decision: the operator scales the
+        Deployment inside its handler and kopf patches the status after it returns."""
+
+        def recorded() -> dict[str, Any] | None:
+            decision: dict[str, Any] = kube.autoscaling(namespace, NAME).get("lastDecision") or {}
+            return decision if str(decision.get("reason", "")).startswith(kind) else None
+
+        return eventually(f"lastDecision '{kind}'", recorded, timeout=2 * INTERVAL + SLACK)
+
+    def event(reason: str) -> None:
+        """An Event with `reason` on the LlamaService (kopf posts them in the background)."""
+        eventually(f"a {reason} Event", lambda: reason in kube.event_reasons(namespace, NAME), timeout=10)
 
     def breach_seen() -> str | None:
         """What the operator's own queries would show as a breach now, if anything."""
@@ -200,7 +225,7 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
 
     def valid_metrics() -> bool:
         rate = kube.autoscaling(namespace, NAME).get("observedRequestRate") or 0.0
-        return bool(active().get("status") == "True" and rate > 0.5)
+        return bool(active().get("status") == "True" and rate > 0.2)
 
     eventually("ScalingActive=True with a request rate", valid_metrics, timeout=WINDOW + 4 * scrape + 30)
     timeline.note(f"signals flowing: {kube.autoscaling(namespace, NAME).get('lastReason')}")
@@ -217,14 +242,13 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
     # evaluation intervals of Prometheus showing the breach.
     bound = scrape + 2 * INTERVAL + SLACK
     from_step, from_signal = step_up(MAX_REPLICAS, bound)
-    timeline.note(f"scale-up latency: {from_step:.1f}s from the step, {from_signal}s from the signal")
-    assert from_step <= bound, f"scale-up took {from_step:.1f}s > {bound:.1f}s{context()}"
     assert from_signal is not None, f"the breach never showed in Prometheus{context()}"
+    timeline.note(f"scale-up latency: {from_step:.1f}s from the step, {from_signal:.1f}s from the signal")
+    assert from_step <= bound, f"scale-up took {from_step:.1f}s > {bound:.1f}s{context()}"
     assert from_signal <= 2 * INTERVAL + SLACK, f"{from_signal:.1f}s after the signal{context()}"
-    decision = kube.autoscaling(namespace, NAME)["lastDecision"]
+    decision = last_decision("scale up")
     assert decision["fromReplicas"] == 1 and decision["toReplicas"] == MAX_REPLICAS, decision
-    assert decision["reason"].startswith("scale up"), decision
-    assert "Scaled" in kube.event_reasons(namespace, NAME)
+    event("Scaled")
     eventually(f"{MAX_REPLICAS} Ready", lambda: replicas()[1] == MAX_REPLICAS, timeout=30)
     timeline.note(f"{MAX_REPLICAS} replicas Ready")
     # The backlog the first replica built while the others loaded must drain before the step down,
@@ -240,7 +264,11 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
         assert replicas()[0] == MAX_REPLICAS, f"scaled down within the stabilization window{context()}"
         time.sleep(1.0)
     state = kube.autoscaling(namespace, NAME)["state"]
-    lower = [r["time"] for r in state["recommendations"] if r["time"] >= down_epoch and r["replicas"] < 3]
+    lower = [
+        r["time"]
+        for r in state["recommendations"]
+        if r["time"] >= down_epoch and r["replicas"] < MAX_REPLICAS
+    ]
     assert lower, f"the policy never recommended fewer replicas after the step down{context()}"
     due = lower[0] + STABILIZATION  # the window is measured from the first lower recommendation
     timeline.note(f"held {STABILIZATION:.0f}s; a scale-down is due {due - time.time():.1f}s from now")
@@ -256,7 +284,7 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
 
     no_metrics = eventually("ScalingActive=False NoMetrics", no_metrics_condition, timeout=2 * INTERVAL + 10)
     timeline.note(f"ScalingActive=False: {no_metrics['message']}")
-    assert "NoMetrics" in kube.event_reasons(namespace, NAME)
+    event("NoMetrics")
     hold_until = max(due + 3 * INTERVAL + SLACK, time.time() + 10)
     while time.time() < hold_until:
         assert replicas()[0] == MAX_REPLICAS, f"scaled down without metrics{context()}"
@@ -274,17 +302,16 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
         timeout=WINDOW + 2 * scrape + 4 * INTERVAL + SLACK,
     )
     timeline.note("ScalingActive=True")
-    assert "MetricsRestored" in kube.event_reasons(namespace, NAME)
+    event("MetricsRestored")
     eventually(
         "the scale-down after the outage",
         lambda: (replicas()[0] or MAX_REPLICAS) < MAX_REPLICAS,
         timeout=2 * WINDOW + 4 * INTERVAL + SLACK,
     )
-    decision = kube.autoscaling(namespace, NAME)["lastDecision"]
+    decision = last_decision("scale down")
     timeline.note(
         f"scaled down: {decision['fromReplicas']} -> {decision['toReplicas']}: {decision['reason']}"
     )
-    assert decision["reason"].startswith("scale down"), decision
     assert _epoch(decision["time"]) >= due - 1, f"scale-down before it was due{context()}"
 
     # 5. Scaling up works again.

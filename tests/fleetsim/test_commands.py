@@ -9,8 +9,8 @@ import pytest
 
 from llama_operator.cli import build_parser
 from llama_operator.fleetsim.commands import _load_file
-from llama_operator.fleetsim.drive import HEADER, DriveRow, _replay_seconds, format_row
-from llama_operator.fleetsim.load import DEMO_LOAD, LoadSpec
+from llama_operator.fleetsim.drive import HEADER, DriveRow, _replay_seconds, format_row, opening_load
+from llama_operator.fleetsim.load import DEMO_LOAD, LoadSpec, cached_trace
 
 
 def test_registered_in_the_cli() -> None:
@@ -60,3 +60,12 @@ def test_help_mentions_the_control_endpoint() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert "PUT /load/<namespace>/<llamaservice>" in (sub.choices["fleet-sim"].description or "")
+
+
+def test_warmup_offers_the_replays_opening_rate() -> None:
+    first_minute = sum(1 for r in cached_trace("conversation").requests if r.arrival < 60.0)
+    warm = opening_load(DEMO_LOAD)
+    assert warm.rate == pytest.approx(first_minute * DEMO_LOAD.sample * DEMO_LOAD.speedup / 60.0)
+    assert warm.lengths == "conversation" and warm.trace is None
+    steady = LoadSpec(rate=4.0)
+    assert opening_load(steady) is steady

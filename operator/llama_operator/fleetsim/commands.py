@@ -85,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     drive_parser.add_argument("--speedup", type=float, default=DEMO_LOAD.speedup)
     drive_parser.add_argument("--sample", type=float, default=DEMO_LOAD.sample)
     drive_parser.add_argument("--every", type=float, default=5.0, help="seconds between rows")
+    drive_parser.add_argument(
+        "--warmup", type=float, default=30.0, help="seconds of the replay's opening rate first (default 30)"
+    )
     drive_parser.add_argument("--seconds", type=float, help="how long (default: the replay's length)")
     drive_parser.set_defaults(func=run_fleet_drive)
 
@@ -176,6 +179,7 @@ def run_fleet_drive(args: argparse.Namespace) -> int:
         args.name,
         load,
         seconds=args.seconds,
+        warmup=args.warmup,
         every=args.every,
         kubeconfig=args.kubeconfig,
     )

@@ -88,6 +88,7 @@ def drive(
     load: LoadSpec = DEMO_LOAD,
     *,
     seconds: float | None = None,
+    warmup: float = 0.0,
     every: float = 5.0,
     kubeconfig: str | None = None,
     out: TextIO | None = sys.stdout,
@@ -95,33 +96,56 @@ def drive(
 ) -> list[DriveRow]:
     """Offer `load` to LlamaService `namespace/name` through the fleet simulator at `fleet_url`, print a
     row every `every` seconds for `seconds` (default: the trace's replay time, else 60 s), then offer
-    `then` (default: nothing; None leaves `load` running). Returns the rows."""
+    `then` (default: nothing; None leaves `load` running). Returns the rows.
+
+    `warmup` seconds first offer a trace replay's opening rate as a steady Poisson load (rows with
+    negative times), so the replicas start from what the trace's first minute needs rather than from
+    one replica buried under a backlog (a cold start under full load is a burst the policy remembers)."""
     if seconds is None:
         seconds = _replay_seconds(load)
     fleet = FleetClient(fleet_url)
     cluster = _Cluster(kubeconfig)
     rows: list[DriveRow] = []
-    try:
-        fleet.set_load(namespace, name, load)
+    if out is not None:
+        out.write(f"{HEADER}\n{UNITS}\n")
+        out.flush()
+
+    def phase(spec: LoadSpec, length: float, shift: float) -> None:
+        fleet.set_load(namespace, name, spec)
         start = time.monotonic()
-        if out is not None:
-            out.write(f"{HEADER}\n{UNITS}\n")
-            out.flush()
+        count = 0
         while True:
             elapsed = time.monotonic() - start
-            row = _row(fleet, cluster, namespace, name, elapsed)
+            row = _row(fleet, cluster, namespace, name, elapsed + shift)
             rows.append(row)
+            count += 1
             if out is not None:
                 out.write(format_row(row) + "\n")
                 out.flush()
-            if elapsed >= seconds:
-                break
-            time.sleep(max(0.0, min(every * len(rows), seconds) - (time.monotonic() - start)))
+            if elapsed >= length:
+                return
+            time.sleep(max(0.0, min(every * count, length) - (time.monotonic() - start)))
+
+    try:
+        if warmup > 0:
+            phase(opening_load(load), warmup - every, -warmup)
+        phase(load, seconds, 0.0)
     finally:
         if then is not None:
             fleet.set_load(namespace, name, then)
         cluster.close()
     return rows
+
+
+def opening_load(load: LoadSpec, trace_seconds: float = 60.0) -> LoadSpec:
+    """A Poisson load at the rate a trace replay offers over its first `trace_seconds` of trace, with the
+    trace's prompt and output lengths; `load` itself when it is not a replay."""
+    if load.trace is None:
+        return load
+    trace = cached_trace(load.trace)
+    count = sum(1 for r in trace.requests if load.offset <= r.arrival < load.offset + trace_seconds)
+    rate = count * load.sample / (trace_seconds / load.speedup)
+    return LoadSpec(rate=rate, lengths=load.trace, seed=load.seed)
 
 
 def _replay_seconds(load: LoadSpec) -> float:
