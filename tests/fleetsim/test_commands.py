@@ -69,3 +69,25 @@ def test_warmup_offers_the_replays_opening_rate() -> None:
     assert warm.lengths == "conversation" and warm.trace is None
     steady = LoadSpec(rate=4.0)
     assert opening_load(steady) is steady
+
+
+def test_the_local_clusters_fleet_port_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCALCLUSTER_FLEET_PORT", raising=False)
+    monkeypatch.setenv("LOCALCLUSTER_CLUSTER_JSON", str(tmp_path / "cluster.json"))
+    (tmp_path / "cluster.json").write_text('{"fleet_port": 41234}')
+    assert build_parser().parse_args(["fleet-drive", "chat"]).fleet_url == "http://127.0.0.1:41234"
+    assert build_parser().parse_args(["fleet-sim"]).port == 41234
+    monkeypatch.setenv("LOCALCLUSTER_FLEET_PORT", "40001")
+    assert build_parser().parse_args(["fleet-sim"]).port == 40001
+
+
+def test_drive_needs_a_simulator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCALCLUSTER_FLEET_PORT", raising=False)
+    monkeypatch.setenv("LOCALCLUSTER_CLUSTER_JSON", str(tmp_path / "absent.json"))
+    args = build_parser().parse_args(["fleet-drive", "chat"])
+    assert args.func(args) == 2
+    assert "--fleet-url" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import ValidationError
@@ -18,6 +20,18 @@ from llama_operator.fleetsim.load import DEMO_LOAD, LoadSpec, check
 from llama_operator.sim.accelerators import ACCELERATORS, MODELS
 
 log = logging.getLogger(__name__)
+
+
+def local_cluster_fleet_port() -> int:
+    """The fleet port the local test cluster reserved: $LOCALCLUSTER_FLEET_PORT, else the `fleet_port` of
+    $LOCALCLUSTER_CLUSTER_JSON or ./.cluster/cluster.json (e2e/cluster.sh writes both); 0 when none."""
+    if os.environ.get("LOCALCLUSTER_FLEET_PORT"):
+        return int(os.environ["LOCALCLUSTER_FLEET_PORT"])
+    path = Path(os.environ.get("LOCALCLUSTER_CLUSTER_JSON") or Path(".cluster") / "cluster.json")
+    try:
+        return int(json.loads(path.read_text()).get("fleet_port") or 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sim.add_argument(
         "--port",
         type=int,
-        default=int(os.environ.get("LOCALCLUSTER_FLEET_PORT", "0")),
-        help="port to listen on (default: $LOCALCLUSTER_FLEET_PORT, else any free one)",
+        default=local_cluster_fleet_port(),
+        help="port to listen on (default: the local cluster's fleet port, else any free one)",
     )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
@@ -75,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     drive_parser.add_argument("-n", "--namespace", default="default")
     drive_parser.add_argument(
         "--fleet-url",
-        default=f"http://127.0.0.1:{os.environ.get('LOCALCLUSTER_FLEET_PORT', '0')}",
-        help="the simulator (default: port $LOCALCLUSTER_FLEET_PORT on 127.0.0.1)",
+        default=f"http://127.0.0.1:{local_cluster_fleet_port()}",
+        help="the simulator (default: the local cluster's fleet port on 127.0.0.1)",
     )
     drive_parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     drive_parser.add_argument("--trace", default=DEMO_LOAD.trace, help="bundled trace name or CSV path")
@@ -164,6 +178,9 @@ def run_fleet_sim(args: argparse.Namespace) -> int:
 def run_fleet_drive(args: argparse.Namespace) -> int:
     from llama_operator.fleetsim.drive import drive  # noqa: PLC0415 - see run_fleet_sim
 
+    if not urlsplit(args.fleet_url).port:
+        sys.stderr.write("error: no simulator to drive: give --fleet-url (no local cluster found)\n")
+        return 2
     load = LoadSpec(
         trace=args.trace,
         offset=args.offset,
