@@ -19,6 +19,7 @@ lint: setup
 	$(VENV)/bin/ruff check operator tests e2e
 	$(VENV)/bin/ruff format --check operator tests e2e
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests e2e
 	$(VENV)/bin/lint-imports
 
 crd: setup

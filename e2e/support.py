@@ -66,7 +66,7 @@ class Cluster:
         done = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
         return json.loads(done.stdout) if done.returncode == 0 else None
 
-    def list(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+    def list_objects(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
         args = ["get", kind, "-n", namespace, "-o", "json"]
         if selector:
             args += ["-l", selector]
@@ -74,7 +74,7 @@ class Cluster:
         return items
 
     def pods_of(self, service: str, namespace: str) -> list[dict[str, Any]]:
-        return self.list("pods", namespace, f"llama-operator.dev/llamaservice={service}")
+        return self.list_objects("pods", namespace, f"llama-operator.dev/llamaservice={service}")
 
     def llamaservice(self, name: str, namespace: str) -> dict[str, Any] | None:
         return self.get(f"llamaservices.{GROUP}", name, namespace)

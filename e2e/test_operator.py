@@ -160,7 +160,7 @@ def test_lifecycle_update_drift_restart_delete(
 
     def reverted() -> bool:
         dep = cluster.get("deployment", "chat-a10g", namespace) or {}
-        return dep["spec"]["template"]["spec"]["containers"][0]["image"] != "evil:latest"
+        return bool(dep["spec"]["template"]["spec"]["containers"][0]["image"] != "evil:latest")
 
     eventually("the hand edit to be reverted", reverted, timeout=60)
 
@@ -171,8 +171,10 @@ def test_lifecycle_update_drift_restart_delete(
     eventually(
         "the Service to be recreated", lambda: cluster.get("service", "chat-a10g", namespace), timeout=60
     )
-    assert len(cluster.list("deployments", namespace, "llama-operator.dev/llamaservice=chat-a10g")) == 1
-    assert len(cluster.list("services", namespace, "llama-operator.dev/llamaservice=chat-a10g")) == 1
+    assert (
+        len(cluster.list_objects("deployments", namespace, "llama-operator.dev/llamaservice=chat-a10g")) == 1
+    )
+    assert len(cluster.list_objects("services", namespace, "llama-operator.dev/llamaservice=chat-a10g")) == 1
     spec_after = (cluster.llamaservice("chat-a10g", namespace) or {})["spec"]
     assert spec_after["engine"]["maxModelLen"] == 4096
     assert {k: v for k, v in spec_after.items() if k != "engine"} == {
@@ -211,6 +213,8 @@ def test_lifecycle_update_drift_restart_delete(
 
     def all_gone() -> bool:
         kinds = ["deployments", "services", "poddisruptionbudgets", "replicasets"]
-        return all(not cluster.list(k, namespace, "llama-operator.dev/llamaservice=chat-a10g") for k in kinds)
+        return all(
+            not cluster.list_objects(k, namespace, "llama-operator.dev/llamaservice=chat-a10g") for k in kinds
+        )
 
     eventually("owned objects to be garbage-collected", all_gone, timeout=90)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from llama_operator.autoscale.promql import (
@@ -29,7 +31,7 @@ def view(percentile: float = 95, ready: int = 2) -> ServiceView:
     )
 
 
-def buckets(key: tuple[str, str], per_bucket: dict[str, float]) -> list[tuple[dict[str, str], float]]:
+def buckets(key: tuple[str, str], per_bucket: Mapping[str, float]) -> list[tuple[dict[str, str], float]]:
     running = 0.0
     out = []
     for le, count in per_bucket.items():

@@ -22,6 +22,8 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PREFIX, key="last-handled-configuration"
     )
+    # kopf's finalizer guards the autoscaler timers (stopped before a LlamaService goes); name it ours.
+    settings.persistence.finalizer = f"{PREFIX}/autoscaler"
     # Without these, a silently dropped watch connection hangs the operator (kopf issues 204, 698).
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
