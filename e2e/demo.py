@@ -213,6 +213,8 @@ class Demo:
                 str(self.cluster.kubeconfig),
                 "--seconds",
                 str(seconds),
+                "--fleet-url",
+                f"http://127.0.0.1:{self.cluster.fleet_port}",
             ],
             check=False,
         )
