@@ -78,26 +78,9 @@ class Demo:
 
     def operator_kubeconfig(self) -> Path:
         """The chart's ServiceAccount token: the operator runs with exactly the chart's RBAC."""
-        token = self.kubectl("create", "token", RELEASE, "-n", RELEASE_NS, "--duration=24h").strip()
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "operator",
-            "clusters": [
-                {
-                    "name": "local",
-                    "cluster": {
-                        "server": self.cluster.apiserver_url,
-                        "certificate-authority": self.cluster.raw["pki"]["ca_cert"],
-                    },
-                }
-            ],
-            "users": [{"name": "operator", "user": {"token": token}}],
-            "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-        }
-        path = STATE / "operator.kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        return path
+        return self.cluster.service_account_kubeconfig(
+            RELEASE, RELEASE_NS, STATE / "operator.kubeconfig", duration="24h"
+        )
 
     def start_operator(self) -> None:
         pid_file = STATE / "operator.pid"

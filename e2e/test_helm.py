@@ -117,25 +117,7 @@ def test_least_privilege(
 
 
 def _token_kubeconfig(cluster: Cluster, path: Path) -> Path:
-    token = cluster.kubectl("create", "token", FULLNAME, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": cluster.info.apiserver_url,
-                    "certificate-authority": cluster.info.raw["pki"]["ca_cert"],
-                },
-            }
-        ],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-        "current-context": "operator",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return cluster.info.service_account_kubeconfig(FULLNAME, RELEASE_NS, path)
 
 
 def test_operator_works_with_the_charts_service_account(

@@ -13,26 +13,29 @@ from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.handlers.indexes import OwnerKey, one
 from llama_operator.infra.execute import execute, set_deployment_replicas
 from llama_operator.planning.inventory import inventory_from_nodes
-from llama_operator.reconcile.outcome import reconcile
+from llama_operator.reconcile.outcome import ReconcileOutcome, reconcile
 
 RETRY_DELAY_SECONDS = 15
 
 
-def reconcile_and_apply(
-    body: Mapping[str, Any],
-    memo: kopf.Memo,
-    node_index: kopf.Index[str, dict[str, Any]],
-    deployment: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """Plan and apply one LlamaService; returns the status patch. Shared by reconcile and drift repair."""
+def compute_outcome(
+    body: Mapping[str, Any], memo: kopf.Memo, node_index: kopf.Index[str, dict[str, Any]]
+) -> ReconcileOutcome:
+    """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
     nodes = [node for store in node_index.values() for node in store]
-    outcome = reconcile(
+    return reconcile(
         body,
         memo.settings,
         inventory=inventory_from_nodes(nodes) if nodes else None,
         pod_monitor=memo.pod_monitor,
         now=datetime.now(UTC),
     )
+
+
+def apply_outcome(
+    body: Mapping[str, Any], outcome: ReconcileOutcome, memo: kopf.Memo, deployment: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Act on a computed outcome; returns the status patch. Shared by reconcile and drift repair."""
     if outcome.desired is None:
         kopf.warn(
             kopf.Body(cast("kopf.RawBody", dict(body))),
@@ -75,7 +78,8 @@ def reconcile_llamaservice(
     **_: Any,
 ) -> None:
     try:
-        status = reconcile_and_apply(body, memo, node_index, one(deployment_index, (str(namespace), name)))
+        outcome = compute_outcome(body, memo, node_index)
+        status = apply_outcome(body, outcome, memo, one(deployment_index, (str(namespace), name)))
     except ApiException as err:
         raise kopf.TemporaryError(
             f"Kubernetes API: {err.status} {err.reason}", delay=RETRY_DELAY_SECONDS

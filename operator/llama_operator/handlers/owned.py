@@ -9,10 +9,8 @@ import kopf
 
 from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.handlers.indexes import OwnerKey, one
-from llama_operator.handlers.llamaservice import reconcile_and_apply
-from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.handlers.llamaservice import apply_outcome, compute_outcome
 from llama_operator.reconcile.drift import drifted, is_subset
-from llama_operator.reconcile.outcome import reconcile
 from llama_operator.reconcile.rollout import rollout_status
 
 
@@ -32,14 +30,7 @@ def _repair_if_drifted(
     deployment: dict[str, Any] | None,
     logger: kopf.Logger,
 ) -> None:
-    nodes = [node for store in node_index.values() for node in store]
-    outcome = reconcile(
-        owner,
-        memo.settings,
-        inventory=inventory_from_nodes(nodes) if nodes else None,
-        pod_monitor=memo.pod_monitor,
-        now=datetime.now(UTC),
-    )
+    outcome = compute_outcome(owner, memo, node_index)
     if outcome.desired is None:
         return
     wanted = next((o for o in outcome.desired.objects if o["kind"] == kind), None)
@@ -50,7 +41,7 @@ def _repair_if_drifted(
             reason="DriftRepaired",
             message=f"{kind} differed from the spec; re-applied",
         )
-        reconcile_and_apply(owner, memo, node_index, deployment)
+        apply_outcome(owner, outcome, memo, deployment)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})  # type: ignore[arg-type]  # index kwargs
