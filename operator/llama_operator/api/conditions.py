@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
@@ -89,6 +90,26 @@ def set_condition(
             )
         )
     return updated
+
+
+ConditionUpdate = tuple[str, ConditionStatus, str, str]  # (type, status, reason, message)
+
+
+def set_conditions(
+    conditions: list[Condition], updates: Sequence[ConditionUpdate], *, now: datetime, generation: int | None
+) -> list[Condition]:
+    """set_condition for several conditions observed at once."""
+    for type_, status, reason, message in updates:
+        conditions = set_condition(
+            conditions,
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            now=now,
+            generation=generation,
+        )
+    return conditions
 
 
 def find_condition(conditions: list[Condition], type: str) -> Condition | None:

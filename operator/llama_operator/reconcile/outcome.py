@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_condition
+from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_conditions
 from llama_operator.api.plan import Plan
 from llama_operator.api.resource import InvalidSpecError, LlamaService, ObjectMeta, parse_spec
 from llama_operator.api.settings import Settings
@@ -79,30 +79,18 @@ def reconcile(
     except (InvalidSpecError, PlanningError) as err:
         message = str(err)
         reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
-        conditions = set_condition(
+        conditions = set_conditions(
             conditions,
-            type=ConditionType.DEGRADED,
-            status=ConditionStatus.TRUE,
-            reason=reason,
-            message=message,
-            now=now,
-            generation=generation,
-        )
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.READY,
-            status=ConditionStatus.FALSE,
-            reason=reason,
-            message=message,
-            now=now,
-            generation=generation,
-        )
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.PROGRESSING,
-            status=ConditionStatus.FALSE,
-            reason=reason,
-            message="fix the spec; nothing is changed until then",
+            [
+                (ConditionType.DEGRADED, ConditionStatus.TRUE, reason, message),
+                (ConditionType.READY, ConditionStatus.FALSE, reason, message),
+                (
+                    ConditionType.PROGRESSING,
+                    ConditionStatus.FALSE,
+                    reason,
+                    "fix the spec; nothing is changed until then",
+                ),
+            ],
             now=now,
             generation=generation,
         )
@@ -114,12 +102,9 @@ def reconcile(
         return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
 
     desired = build_desired_state(svc, plan, settings, pod_monitor=pod_monitor)
-    conditions = set_condition(
+    conditions = set_conditions(
         conditions,
-        type=ConditionType.DEGRADED,
-        status=ConditionStatus.FALSE,
-        reason="Planned",
-        message=f"planned {plan.display_name}",
+        [(ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}")],
         now=now,
         generation=generation,
     )

@@ -11,8 +11,9 @@ from llama_operator.api.conditions import (
     Condition,
     ConditionStatus,
     ConditionType,
+    ConditionUpdate,
     find_condition,
-    set_condition,
+    set_conditions,
 )
 from llama_operator.api.status import Phase
 
@@ -43,15 +44,15 @@ def rollout_status(
     if degraded is not None and degraded.status == ConditionStatus.TRUE:
         return {}  # the spec is bad; reconcile owns the status until it is fixed
     if deployment is None:
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.READY,
-            status=ConditionStatus.FALSE,
-            reason="DeploymentMissing",
-            message="the vLLM Deployment does not exist yet",
-            now=now,
-            generation=generation,
-        )
+        missing = [
+            (
+                ConditionType.READY,
+                ConditionStatus.FALSE,
+                "DeploymentMissing",
+                "the vLLM Deployment does not exist yet",
+            )
+        ]
+        conditions = set_conditions(conditions, missing, now=now, generation=generation)
         return {"phase": Phase.PENDING.value, "conditions": [c.to_wire() for c in conditions]}
 
     dep_status = deployment.get("status") or {}
@@ -63,70 +64,43 @@ def rollout_status(
     rolled_out = observed == dep_generation and updated >= desired and ready >= desired
 
     pending = unschedulable_message(pods)
-    if pending is not None:
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.SCHEDULABLE,
-            status=ConditionStatus.FALSE,
-            reason="Unschedulable",
-            message=f"pods cannot be placed: {pending}",
-            now=now,
-            generation=generation,
+    updates: list[ConditionUpdate] = [
+        (
+            ConditionType.SCHEDULABLE,
+            ConditionStatus.FALSE,
+            "Unschedulable",
+            f"pods cannot be placed: {pending}",
         )
-    else:
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.SCHEDULABLE,
-            status=ConditionStatus.TRUE,
-            reason="Scheduled",
-            message="all pods are placed",
-            now=now,
-            generation=generation,
-        )
-
+        if pending is not None
+        else (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
+    ]
     if rolled_out and desired > 0:
         phase = Phase.READY
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.READY,
-            status=ConditionStatus.TRUE,
-            reason="ReplicasReady",
-            message=f"{ready}/{desired} replicas ready",
-            now=now,
-            generation=generation,
-        )
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.PROGRESSING,
-            status=ConditionStatus.FALSE,
-            reason="RolloutComplete",
-            message="all replicas run the current spec",
-            now=now,
-            generation=generation,
-        )
+        updates += [
+            (ConditionType.READY, ConditionStatus.TRUE, "ReplicasReady", f"{ready}/{desired} replicas ready"),
+            (
+                ConditionType.PROGRESSING,
+                ConditionStatus.FALSE,
+                "RolloutComplete",
+                "all replicas run the current spec",
+            ),
+        ]
     else:
         phase = Phase.DEGRADED if pending is not None and ready == 0 else Phase.PROGRESSING
         why = f"{ready}/{desired} replicas ready, {updated} updated"
         if pending is not None:
             why += f"; pods cannot be placed: {pending}"
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.READY,
-            status=ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE,
-            reason="ReplicasReady" if ready > 0 else "ReplicasNotReady",
-            message=why,
-            now=now,
-            generation=generation,
-        )
-        conditions = set_condition(
-            conditions,
-            type=ConditionType.PROGRESSING,
-            status=ConditionStatus.TRUE,
-            reason="Unschedulable" if pending is not None else "RollingOut",
-            message=why,
-            now=now,
-            generation=generation,
-        )
+        some_ready = ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE
+        updates += [
+            (ConditionType.READY, some_ready, "ReplicasReady" if ready > 0 else "ReplicasNotReady", why),
+            (
+                ConditionType.PROGRESSING,
+                ConditionStatus.TRUE,
+                "Unschedulable" if pending is not None else "RollingOut",
+                why,
+            ),
+        ]
+    conditions = set_conditions(conditions, updates, now=now, generation=generation)
     return {
         "phase": phase.value,
         "replicas": desired,
