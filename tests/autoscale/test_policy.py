@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus
+from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus, Recommendation
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
@@ -212,3 +212,61 @@ def test_recurring_bursts_stretch_the_stabilization_window() -> None:
     assert downs
     assert all(t < 1200 for t in downs)
     assert len(state.recommendations) < 20  # change points only: the status stays small
+
+
+def _breach_run(ttfts: list[float], ready: int = 3) -> list[int]:
+    """Desired replicas at each 5 s evaluation of a light load with the given TTFT percentiles, from a
+    state that needed `ready` replicas just before (so no scale-down is due)."""
+    state = fresh_state().model_copy(update={"recommendations": [Recommendation(time=999.0, replicas=ready)]})
+    desired: list[int] = []
+    for step, ttft in enumerate(ttfts):
+        decision = decide(SPEC, signals(rate=2.0, ready=ready, ttft=ttft), state, now=1000.0 + 5 * step)
+        desired.append(decision.desired_replicas)
+        state = decision.state
+    return desired
+
+
+def test_a_breach_the_model_cannot_explain_adds_a_replica_once_it_persists() -> None:
+    # 2 req/s of 1000 tokens is a fifth of one replica by the model, yet TTFT p95 stays at 1.5 s.
+    desired = _breach_run([1.5] * 14)
+    window = 30.0  # the signals' window: the breach must outlast two of them
+    first_up = next(i for i, replicas in enumerate(desired) if replicas > 3)
+    assert desired[:first_up] == [3] * first_up
+    assert first_up * 5 >= 2 * window
+    assert desired[first_up] == 4  # one replica per persistent breach, not a jump
+
+
+def test_a_transient_breach_does_not_add_replicas() -> None:
+    assert _breach_run([1.5] * 10 + [0.4] + [1.5] * 10) == [3] * 21
+
+
+def test_a_starting_replica_resets_the_breach_clock() -> None:
+    state = fresh_state()
+    for step in range(8):
+        starting = 1 if step == 6 else 0
+        sig = signals(rate=2.0, ready=3 - starting, starting=starting, ttft=1.5)
+        decision = decide(SPEC, sig, state, now=1000.0 + 5 * step)
+        state = decision.state
+    assert state.slo_breach_since == 1035.0
+
+
+def test_no_scale_down_while_the_slo_is_broken() -> None:
+    # A fresh state has no stabilization history, and the model finds one replica enough: still, TTFT
+    # above the SLO holds the three.
+    decision = decide(SPEC, signals(rate=2.0, ready=3, ttft=1.5), fresh_state(), now=1000.0)
+    assert decision.desired_replicas == 3
+    assert "above the SLO" in decision.reason
+
+
+def test_a_queue_found_by_replicas_that_just_joined_is_theirs_to_drain() -> None:
+    first = decide(SPEC, signals(rate=1.0, ready=2, waiting=20), fresh_state(), now=0.0)
+    assert first.desired_replicas == 5
+    loading = decide(SPEC, signals(rate=1.0, ready=2, starting=3, waiting=40), first.state, now=40.0)
+    assert loading.state.last_starting_time == 40.0
+    # At 45 s all five serve; the backlog they inherited (8 per replica > target 4) is still in the
+    # window's queue: no second step.
+    joined = decide(SPEC, signals(rate=1.0, ready=5, waiting=40), loading.state, now=45.0)
+    assert joined.desired_replicas == 5
+    # A window later the queue is no longer explained by the join: it counts again.
+    later = decide(SPEC, signals(rate=1.0, ready=5, waiting=40), joined.state, now=75.0)
+    assert later.desired_replicas == 8

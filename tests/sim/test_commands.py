@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llama_operator.sim.commands import JSON_KEYS, register
+from llama_operator.sim.scenario import Scenario
 
 from .conftest import synthetic_trace
 
@@ -38,7 +39,9 @@ def trace_csv(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["slo", "hpa", "keda", "kpa", "static", "oracle"])
+@pytest.mark.parametrize(
+    "policy", ["slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive"]
+)
 def test_simulate_json_has_the_keys(policy: str, trace_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = call(
         [
@@ -80,3 +83,30 @@ def test_the_wired_cli_prints_the_json_keys(trace_csv: Path) -> None:
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     assert set(JSON_KEYS) <= set(json.loads(completed.stdout))
+
+
+def test_bench_writes_the_table_the_verdicts_and_a_figure(trace_csv: Path, tmp_path: Path) -> None:
+    from llama_operator.sim.bench import run_bench  # noqa: PLC0415 - pulls in plotting
+
+    out = tmp_path / "bench"
+    progress: list[str] = []
+    rows, verdict_lines, figures = run_bench(Scenario(), out, progress.append, traces=[str(trace_csv)])
+    policies = [row.summary.policy for row in rows]
+    assert policies[:8] == [
+        "slo",
+        "hpa",
+        "keda",
+        "kpa",
+        "static",
+        "oracle",
+        "oracle@99%",
+        "reactive-oracle@99%(hold=5m)",
+    ]
+    assert [p.split("(")[0] for p in policies[8:]] == ["hpa-tuned", "keda-tuned", "kpa-tuned"]
+    assert all(row.target_oracle_ratio > 0 for row in rows)
+    assert any("requests within SLO" in line for line in verdict_lines)
+    assert (out / "targets.md").read_text().splitlines() == verdict_lines
+    assert "x oracle@target" in (out / "table.md").read_text()
+    assert figures == [out / "bench-trace.png"]
+    assert figures[0].stat().st_size > 10_000
+    assert any("oracle schedules" in line for line in progress)

@@ -38,6 +38,20 @@ class AutoscalerState(WireModel):
         float | None, Field(description="Unix time of the last scale-down (bounds the scale-down rate).")
     ] = None
     no_data_since: Annotated[float | None, Field(description="Unix time signals went missing.")] = None
+    last_starting_time: Annotated[
+        float | None,
+        Field(
+            description="Unix time of the last evaluation that saw replicas starting: a queue seen within "
+            "one signal window after that is the new replicas' to drain, not a reason for more."
+        ),
+    ] = None
+    slo_breach_since: Annotated[
+        float | None,
+        Field(
+            description="Unix time since which every evaluation has seen the TTFT percentile above the SLO "
+            "with no replica starting (a persistent breach)."
+        ),
+    ] = None
     capacity_tokens_per_second: Annotated[
         float | None,
         Field(

@@ -15,6 +15,10 @@ Scale-down takes the highest need of the stabilization window (HPA-style, each n
 the SLO headroom at the load then observed, so the survivors still meet the SLO), stretched when the
 load has come in bursts; at most one step per `scale_down_interval`, at most halving. No data:
 hold, never scale down blind. Idle: the need is minReplicas, reached through the same window.
+
+A breach the model cannot explain (TTFT above the SLO for two whole signal windows, nothing starting,
+while the model says the replicas suffice) adds one replica per such breach: the SLO is never held
+broken below maxReplicas on the model's word.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class PolicyTuning:
     burst_window_factor: float = 3.0  # stabilization stretch when the load comes in bursts
     burst_memory_factor: float = 6.0  # bursts within this many windows make the load bursty
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
+    burst_count: int = 1  # this many bursts within the burst memory make the load bursty
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -96,10 +101,17 @@ def decide(
 
     slo_met = _slo_met(spec, signals)
     capacity, corrected_time = _update_capacity(spec, signals, state, now, tuning)
+    breach_since = _persistent_breach_since(spec, signals, state, now)
     if signals.status is SignalStatus.IDLE:
         need = _Need(low, "idle: no requests in the window")
     else:
-        need = _needed_replicas(spec, signals, capacity, tuning)
+        breach_seconds = 0.0 if breach_since is None else now - breach_since
+        absorbing = signals.starting_replicas > 0 or (
+            state.last_starting_time is not None and now - state.last_starting_time < signals.window_seconds
+        )
+        need = _needed_replicas(
+            spec, signals, capacity, breach_seconds=breach_seconds, absorbing=absorbing, tuning=tuning
+        )
 
     recommended = min(max(need.replicas, low), high)
     history = _remember(state.recommendations, now, recommended, spec, tuning)
@@ -115,7 +127,10 @@ def decide(
         reason = f"scale up {current} -> {desired}: {need.why}"
     elif recommended < current:
         floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
-        if stabilized >= current:
+        if slo_met is False:
+            # Whatever the model says, fewer replicas cannot mend a TTFT already above the SLO.
+            reason = f"holding {current}: {need.why}, but TTFT is above the SLO"
+        elif stabilized >= current:
             reason = f"holding {current}: {need.why}, but {stabilized} were needed in the last {window:.0f}s"
         elif last_down is not None and now - last_down < tuning.scale_down_interval:
             reason = (
@@ -133,6 +148,8 @@ def decide(
         update={
             "recommendations": history,
             "no_data_since": None,
+            "slo_breach_since": breach_since,
+            "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
             "capacity_tokens_per_second": capacity,
             "capacity_corrected_time": corrected_time,
             "last_scale_time": now if changed else state.last_scale_time,
@@ -181,9 +198,10 @@ def _highest_since(history: list[Recommendation], since: float) -> int:
 def _stabilization_window(
     history: list[Recommendation], now: float, spec: AutoscalingSpec, tuning: PolicyTuning
 ) -> float:
-    """The spec's window, stretched when the load has come in bursts: when the need rose sharply more
-    than once within the burst memory, replicas are held through the longer window, since the next
-    burst is likely and a replica takes a cold start to come back."""
+    """The spec's window, stretched when the load has come in bursts: when the need rose sharply (by
+    `burst_rise` replicas at once, `burst_count` times) within the burst memory, replicas are held
+    through the longer window, since the next burst is likely and a replica takes a cold start to
+    come back."""
     base = float(spec.scale_down_stabilization_seconds)
     memory = base * tuning.burst_memory_factor
     rises = sum(
@@ -191,7 +209,18 @@ def _stabilization_window(
         for previous, current in itertools.pairwise(history)
         if now - current.time <= memory and current.replicas >= previous.replicas + tuning.burst_rise
     )
-    return base * tuning.burst_window_factor if rises >= 2 else base
+    return base * tuning.burst_window_factor if rises >= tuning.burst_count else base
+
+
+def _persistent_breach_since(
+    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float
+) -> float | None:
+    """Since when the TTFT percentile has been above the SLO at every evaluation with no replica
+    starting; None when it is not now (a start resets it: the new replica gets its chance first)."""
+    ttft = signals.ttft_percentile_seconds
+    if ttft is None or ttft <= spec.slo.ttft_seconds or signals.starting_replicas > 0:
+        return None
+    return state.slo_breach_since if state.slo_breach_since is not None else now
 
 
 def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
@@ -268,8 +297,16 @@ def _replicas_by_queueing(
 
 
 def _needed_replicas(
-    spec: AutoscalingSpec, signals: Signals, capacity: float | None, tuning: PolicyTuning
+    spec: AutoscalingSpec,
+    signals: Signals,
+    capacity: float | None,
+    *,
+    breach_seconds: float,
+    absorbing: bool,
+    tuning: PolicyTuning,
 ) -> _Need:
+    """`breach_seconds`: how long the SLO has been broken with nothing starting. `absorbing`: replicas
+    are starting or joined within the signal window, so the queue is theirs to drain."""
     slo = spec.slo
     ready = max(signals.ready_replicas, 1)
     current = signals.current_replicas
@@ -285,7 +322,7 @@ def _needed_replicas(
                 f"p{slo.percentile:g} TTFT <= {slo.ttft_seconds * tuning.slo_headroom:.2f}s",
             )
         )
-        if signals.starting_replicas == 0 and signals.queue_waiting_total > 0:
+        if not absorbing and signals.queue_waiting_total > 0:
             # A backlog needs extra prefill capacity to drain; while replicas start it is expected, not new.
             backlog_tokens = signals.queue_waiting_total * signals.prompt_token_rate / signals.request_rate
             drain = math.ceil(
@@ -294,9 +331,9 @@ def _needed_replicas(
             )
             needs.append(_Need(drain, f"{signals.queue_waiting_total:.0f} waiting must drain"))
     queue_per_replica = signals.queue_waiting_total / ready
-    # A queue that builds while replicas load is theirs to absorb: re-counting it is how
-    # scale-ups cascade (2 -> 4 -> 8 -> 16) before the first new replica serves.
-    if signals.starting_replicas == 0 and queue_per_replica > slo.queue_depth_per_replica:
+    # A queue that builds while replicas load (or that they found on joining) is theirs to absorb:
+    # re-counting it is how scale-ups cascade (2 -> 4 -> 8 -> 16) before the new replicas tell.
+    if not absorbing and queue_per_replica > slo.queue_depth_per_replica:
         # Sized by the user's own target: a queue seen at one scrape is usually a burst still arriving.
         by_queue = math.ceil(signals.queue_waiting_total / slo.queue_depth_per_replica)
         needs.append(
@@ -311,9 +348,17 @@ def _needed_replicas(
         needs.append(_Need(by_kv, f"KV cache {signals.kv_cache_usage:.0%} used"))
 
     ttft = signals.ttft_percentile_seconds
-    if capacity is None and ttft is not None and ttft > slo.ttft_seconds:
-        # No capacity estimate yet: step proportionally to the breach, at most doubling.
-        stepped = min(2 * ready, math.ceil(ready * ttft / slo.ttft_seconds))
+    if ttft is not None and ttft > slo.ttft_seconds:
+        stepped = 0
+        if capacity is None:
+            # No capacity estimate yet: step proportionally to the breach, at most doubling.
+            stepped = min(2 * ready, math.ceil(ready * ttft / slo.ttft_seconds))
+        elif breach_seconds >= 2 * signals.window_seconds:
+            # The model says these replicas suffice, yet the SLO has stayed broken for two whole windows
+            # with nothing starting (longer than a burst's backlog takes to show and clear): the model
+            # misses what limits them (decode, batch limits). Add one rather than hold a broken SLO
+            # below maxReplicas; the calibration catches up meanwhile.
+            stepped = ready + 1
         if stepped > current:
             needs.append(_Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s"))
 

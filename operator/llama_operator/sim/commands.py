@@ -42,6 +42,13 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         default=4.0,
         help="the LlamaService's waiting requests per replica target",
     )
+    parser.add_argument(
+        "--target-attainment",
+        type=float,
+        default=0.99,
+        help="share of requests the benchmark asks within the SLO; priced with foresight by the "
+        "oracle-target policy (default 0.99)",
+    )
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -55,6 +62,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         cold_start_seconds=args.cold_start,
         scrape_interval=args.scrape_interval,
         queue_depth_per_replica=args.queue_target,
+        target_attainment=args.target_attainment,
     )
 
 
@@ -130,13 +138,19 @@ def run_bench_command(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
     try:
-        rows, figures = run_bench(_scenario(args), args.out, progress, args.traces)
+        rows, verdict_lines, figures = run_bench(_scenario(args), args.out, progress, args.traces)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(markdown_table(rows))
+    print()
+    print("targets (policy slo):")
+    for line in verdict_lines:
+        print(f"  {line}")
     for figure in figures:
         print(f"figure: {figure}")
-    print(f"table: {args.out / 'table.md'}, results: {args.out / 'results.json'}")
+    print(
+        f"table: {args.out / 'table.md'}, targets: {args.out / 'targets.md'}, results: {args.out / 'results.json'}"
+    )
     print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
     return 0

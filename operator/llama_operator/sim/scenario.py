@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.sim.accelerators import PUBLISHED_PREFILL_TOKENS_PER_SECOND, replica_profile
 from llama_operator.sim.fleet import FleetConfig, SimPolicy, SimulationResult, simulate
-from llama_operator.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_schedule
+from llama_operator.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_schedule, reactive_schedule
 from llama_operator.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
 from llama_operator.sim.report import RunSummary, summarize
 from llama_operator.sim.trace import Trace
 
-BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle")
+BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive")
 TUNED_POLICIES = ("hpa-tuned", "keda-tuned", "kpa-tuned")
 # Targets the tuned baselines sweep: waiting requests per pod (HPA), the KEDA threshold, and in-flight
 # requests per pod (KPA, whose concurrency includes the running batch).
@@ -35,6 +36,9 @@ class Scenario:
     cold_start_seconds: float = 40.0
     scrape_interval: int = 5
     queue_depth_per_replica: float = 4.0
+    # The share of requests the benchmark asks to be within the objective (the issue's "99 %"); it
+    # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
+    target_attainment: float = 0.99
 
     def spec(self) -> AutoscalingSpec:
         return AutoscalingSpec(
@@ -62,20 +66,22 @@ class ScenarioRunner:
         self.scenario = scenario
         self.trace = trace
         self.config = scenario.fleet()
-        self._schedule: list[int] | None = None
+        self._schedules: dict[float | None, list[int]] = {}
 
-    def oracle_schedule(self) -> list[int]:
-        if self._schedule is None:
+    def oracle_schedule(self, attainment: float | None = None) -> list[int]:
+        """The clairvoyant per-minute schedule: meeting the SLO percentile, or `attainment`."""
+        if attainment not in self._schedules:
             s = self.scenario
-            self._schedule = oracle_schedule(
+            self._schedules[attainment] = oracle_schedule(
                 self.trace,
                 self.config,
                 slo_seconds=s.slo_ttft_seconds,
                 percentile=s.percentile,
                 min_replicas=s.min_replicas,
                 max_replicas=s.max_replicas,
+                attainment=attainment,
             )
-        return self._schedule
+        return self._schedules[attainment]
 
     def policy(self, name: str, target: float | None = None) -> SimPolicy:
         spec = self.scenario.spec()
@@ -88,7 +94,7 @@ class ScenarioRunner:
             return (
                 KedaPolicy(spec, name="keda")
                 if target is None
-                else KedaPolicy(spec, target, f"keda({target:g})")
+                else KedaPolicy(spec, target, f"keda(target={target:g})")
             )
         if name == "kpa":
             return KpaPolicy(spec, target, name="kpa" if target is None else f"kpa(target={target:g})")
@@ -96,17 +102,28 @@ class ScenarioRunner:
             return FixedReplicas(max(self.oracle_schedule()), name="static")
         if name == "oracle":
             return ScheduledReplicas(self.oracle_schedule(), self.scenario.cold_start_seconds)
+        if name == "oracle-target":
+            attainment = self.scenario.target_attainment
+            return ScheduledReplicas(
+                self.oracle_schedule(attainment),
+                self.scenario.cold_start_seconds,
+                name=f"oracle@{attainment:.0%}",
+            )
+        if name == "oracle-reactive":
+            attainment = self.scenario.target_attainment
+            hold = math.ceil(spec.scale_down_stabilization_seconds / 60)
+            reactive = reactive_schedule(self.oracle_schedule(attainment), hold, self.scenario.min_replicas)
+            return ScheduledReplicas(reactive, 0.0, name=f"reactive-oracle@{attainment:.0%}(hold={hold}m)")
         raise ValueError(f"unknown policy {name!r}; known: {', '.join((*BASE_POLICIES, *TUNED_POLICIES))}")
 
     def run(self, policy: SimPolicy) -> tuple[SimulationResult, RunSummary]:
         result = simulate(self.trace, policy, self.config)
         return result, summarize(result, self.scenario.slo_ttft_seconds, self.scenario.percentile)
 
-    def tuned(
+    def sweep(
         self, base: str, progress: Callable[[str], None] | None = None
-    ) -> tuple[SimulationResult, RunSummary, float]:
-        """The best target of a sweep: the cheapest run whose attainment is within 0.1 point of the best
-        attainment reached, or 99 % if any reaches it."""
+    ) -> list[tuple[float, SimulationResult, RunSummary]]:
+        """`base` (hpa, keda, kpa) run at every target of its tuning sweep."""
         runs: list[tuple[float, SimulationResult, RunSummary]] = []
         for target in TUNING_SWEEPS[base]:
             result, summary = self.run(self.policy(base, target))
@@ -114,10 +131,24 @@ class ScenarioRunner:
             if progress is not None:
                 attained = f"{summary.requests_within_slo:.2%}"
                 progress(f"{base} target {target:g}: {attained}, {summary.gpu_hours:.2f} GPU-h")
-        best_attainment = max(s.requests_within_slo for _, _, s in runs)
-        bar = min(0.99, best_attainment - 0.001)
-        eligible = [run for run in runs if run[2].requests_within_slo >= bar]
-        target, result, summary = min(eligible, key=lambda run: run[2].gpu_hours)
-        result.policy = f"{base}-tuned"
-        named = replace(summary, policy=f"{base}-tuned(target={target:g})")
-        return result, named, target
+        return runs
+
+    def tuned(
+        self, base: str, progress: Callable[[str], None] | None = None
+    ) -> tuple[SimulationResult, RunSummary, float]:
+        """The best target of a sweep: the cheapest run whose attainment is within 0.1 point of the best
+        attainment reached, or 99 % if any reaches it."""
+        return best_of_sweep(base, self.sweep(base, progress))
+
+
+def best_of_sweep(
+    base: str, runs: list[tuple[float, SimulationResult, RunSummary]]
+) -> tuple[SimulationResult, RunSummary, float]:
+    """The tuned variant of a sweep (see `ScenarioRunner.tuned`)."""
+    best_attainment = max(s.requests_within_slo for _, _, s in runs)
+    bar = min(0.99, best_attainment - 0.001)
+    eligible = [run for run in runs if run[2].requests_within_slo >= bar]
+    target, result, summary = min(eligible, key=lambda run: run[2].gpu_hours)
+    result.policy = f"{base}-tuned"
+    named = replace(summary, policy=f"{base}-tuned(target={target:g})")
+    return result, named, target
