@@ -23,7 +23,9 @@ its own distribution; --enforce-eager (ready in ~40 s instead of 60-100 s);
 VLLM_CPU_KVCACHE_SPACE=1 (GiB); HF_HUB_OFFLINE=1; a TMPDIR per run, since it leaves sockets
 behind; readiness by a real completion, because /health answers 200 before the first
 forward pass, which is where a broken model fails; --max-num-seqs 2 makes requests wait
-and --num-gpu-blocks-override 16 makes KV-cache usage move, so the metrics show something.
+and --num-gpu-blocks-override 16 makes KV-cache usage move, so the metrics show something;
+--dtype float32, the tiny model's own dtype: vLLM's CPU default, bfloat16, kills the worker at the
+first forward pass on CPUs with AMX (Sapphire Rapids and later; seen on this project's CI machines).
 """
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ class VllmServer:
             "--host", self.host,
             "--port", str(self.port),
             "--enforce-eager",
+            "--dtype", "float32",
             "--max-num-seqs", str(self.max_num_seqs),
             "--max-model-len", str(self.max_model_len),
         ]  # fmt: skip

@@ -270,3 +270,12 @@ def test_a_queue_found_by_replicas_that_just_joined_is_theirs_to_drain() -> None
     # A window later the queue is no longer explained by the join: it counts again.
     later = decide(SPEC, signals(rate=1.0, ready=5, waiting=40), joined.state, now=75.0)
     assert later.desired_replicas == 8
+
+
+def test_the_crd_describes_the_burst_hold_the_policy_applies() -> None:
+    description = AutoscalingSpec.model_fields["scale_down_stabilization_seconds"].description or ""
+    tuning = DEFAULT_TUNING
+    assert tuning.burst_count == 1  # "after a burst": one is enough
+    assert f"rising by {tuning.burst_rise} or more at once" in description
+    assert f"within the last {tuning.burst_memory_factor:g} windows" in description
+    assert f"holds {tuning.burst_window_factor:g} windows instead" in description

@@ -274,7 +274,13 @@ class AutoscalingSpec(WireModel):
     slo: Annotated[SLOSpec, Field(description="The latency objective.")] = Field(default_factory=SLOSpec)
     scale_down_stabilization_seconds: Annotated[
         int,
-        Field(description="How long load must stay low before replicas are removed.", ge=0, le=3600),
+        Field(
+            description="How long load must stay low before replicas are removed. After a burst (the "
+            "needed replicas rising by 2 or more at once within the last 6 windows) the autoscaler holds "
+            "3 windows instead: bursts recur, and a removed replica takes a cold start to come back.",
+            ge=0,
+            le=3600,
+        ),
     ] = 300
 
     @model_validator(mode="after")
