@@ -110,3 +110,12 @@ def test_bench_writes_the_table_the_verdicts_and_a_figure(trace_csv: Path, tmp_p
     assert figures == [out / "bench-trace.png"]
     assert figures[0].stat().st_size > 10_000
     assert any("oracle schedules" in line for line in progress)
+
+
+def test_the_stabilization_window_reaches_the_spec_and_the_reactive_oracle(
+    trace_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--trace", str(trace_csv), "--policy", "oracle-reactive", "--json"]
+    assert call([*argv, "--stabilization", "900"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == "reactive-oracle@99%(hold=15m)"
+    assert Scenario(scale_down_stabilization_seconds=900).spec().scale_down_stabilization_seconds == 900

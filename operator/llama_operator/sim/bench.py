@@ -202,4 +202,5 @@ def scenario_json(scenario: Scenario) -> dict[str, float | int | str]:
         "coldStartSeconds": scenario.cold_start_seconds,
         "scrapeIntervalSeconds": scenario.scrape_interval,
         "targetAttainment": scenario.target_attainment,
+        "scaleDownStabilizationSeconds": scenario.scale_down_stabilization_seconds,
     }

@@ -43,6 +43,13 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="the LlamaService's waiting requests per replica target",
     )
     parser.add_argument(
+        "--stabilization",
+        type=int,
+        default=300,
+        help="the LlamaService's scaleDownStabilizationSeconds; also how long the reactive oracle "
+        "holds what it learned (default 300)",
+    )
+    parser.add_argument(
         "--target-attainment",
         type=float,
         default=0.99,
@@ -63,6 +70,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         scrape_interval=args.scrape_interval,
         queue_depth_per_replica=args.queue_target,
         target_attainment=args.target_attainment,
+        scale_down_stabilization_seconds=args.stabilization,
     )
 
 

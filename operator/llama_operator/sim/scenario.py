@@ -36,6 +36,7 @@ class Scenario:
     cold_start_seconds: float = 40.0
     scrape_interval: int = 5
     queue_depth_per_replica: float = 4.0
+    scale_down_stabilization_seconds: int = 300
     # The share of requests the benchmark asks to be within the objective (the "99 %"); it
     # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
     target_attainment: float = 0.99
@@ -44,6 +45,7 @@ class Scenario:
         return AutoscalingSpec(
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
+            scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
             slo=SLOSpec(
                 ttft_seconds=self.slo_ttft_seconds,
                 percentile=self.percentile,
