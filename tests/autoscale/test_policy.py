@@ -279,3 +279,12 @@ def test_the_crd_describes_the_burst_hold_the_policy_applies() -> None:
     assert f"rising by {tuning.burst_rise} or more at once" in description
     assert f"within the last {tuning.burst_memory_factor:g} windows" in description
     assert f"holds {tuning.burst_window_factor:g} windows instead" in description
+
+
+def test_an_outage_restarts_the_breach_clock() -> None:
+    state = fresh_state().model_copy(update={"slo_breach_since": 900.0})
+    blind = decide(SPEC, signals(status=SignalStatus.NO_DATA, ttft=None), state, now=1000.0)
+    assert blind.state.slo_breach_since is None
+    back = decide(SPEC, signals(rate=2.0, ready=3, ttft=1.5), blind.state, now=1005.0)
+    assert back.state.slo_breach_since == 1005.0
+    assert back.desired_replicas == 3

@@ -119,3 +119,11 @@ def test_the_stabilization_window_reaches_the_spec_and_the_reactive_oracle(
     assert call([*argv, "--stabilization", "900"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "reactive-oracle@99%(hold=15m)"
     assert Scenario(scale_down_stabilization_seconds=900).spec().scale_down_stabilization_seconds == 900
+
+
+def test_a_target_attainment_outside_0_1_is_refused(
+    trace_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--trace", str(trace_csv), "--policy", "oracle-target", "--target-attainment", "99"]
+    assert call(argv) == 2
+    assert "target attainment must be in (0, 1], got 99" in capsys.readouterr().err

@@ -91,7 +91,8 @@ def decide(
         return Decision(
             desired_replicas=desired,
             reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
-            state=state.model_copy(update={"no_data_since": since}),
+            # A breach is only persistent while it is seen: the outage restarts its clock.
+            state=state.model_copy(update={"no_data_since": since, "slo_breach_since": None}),
             needed_replicas=None,
             scaling_limited=False,
             limited_message=None,

@@ -133,7 +133,8 @@ def oracle_schedule(
 def reactive_schedule(schedule: Sequence[int], hold_minutes: int, initial: int) -> list[int]:
     """`schedule` as a reactive autoscaler with perfect sizing would follow it: a minute's need is
     known only once the minute has been seen, then kept for `hold_minutes` (a stabilization window).
-    Executed without lead, it bounds what any policy without foresight can reach."""
+    Executed without lead, it shows what sizing without foresight reaches with that hold, however
+    well it sizes."""
     return [
         max(schedule[max(0, minute - hold_minutes) : minute], default=initial)
         for minute in range(len(schedule))

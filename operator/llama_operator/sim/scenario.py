@@ -41,6 +41,10 @@ class Scenario:
     # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
     target_attainment: float = 0.99
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.target_attainment <= 1.0:
+            raise ValueError(f"target attainment must be in (0, 1], got {self.target_attainment:g}")
+
     def spec(self) -> AutoscalingSpec:
         return AutoscalingSpec(
             min_replicas=self.min_replicas,
@@ -109,13 +113,15 @@ class ScenarioRunner:
             return ScheduledReplicas(
                 self.oracle_schedule(attainment),
                 self.scenario.cold_start_seconds,
-                name=f"oracle@{attainment:.0%}",
+                name=f"oracle@{attainment * 100:g}%",
             )
         if name == "oracle-reactive":
             attainment = self.scenario.target_attainment
             hold = math.ceil(spec.scale_down_stabilization_seconds / 60)
             reactive = reactive_schedule(self.oracle_schedule(attainment), hold, self.scenario.min_replicas)
-            return ScheduledReplicas(reactive, 0.0, name=f"reactive-oracle@{attainment:.0%}(hold={hold}m)")
+            return ScheduledReplicas(
+                reactive, 0.0, name=f"reactive-oracle@{attainment * 100:g}%(hold={hold}m)"
+            )
         raise ValueError(f"unknown policy {name!r}; known: {', '.join((*BASE_POLICIES, *TUNED_POLICIES))}")
 
     def run(self, policy: SimPolicy) -> tuple[SimulationResult, RunSummary]:

@@ -52,7 +52,7 @@ def verdicts(
 
     attained = ours.requests_within_slo
     line = (
-        f"[{trace}] requests within SLO: {attained:.2%} (target >= {targets.attainment:.0%}): "
+        f"[{trace}] requests within SLO: {attained:.2%} (target >= {targets.attainment * 100:g}%): "
         f"{_met(attained >= targets.attainment)}"
     )
     if reactive is not None:
