@@ -233,40 +233,55 @@ def ensure_etcd(cache: CachePaths, version: str = ETCD_VERSION) -> Path:
     return dest
 
 
-def ensure_kwok(cache: CachePaths, version: str = KWOK_VERSION) -> Path:
-    dest = cache.binary("kwok", version)
+def _go_install(
+    cache: CachePaths, name: str, version: str, package: str, ldflags: str, tags: str = ""
+) -> Path:
+    """`go install` of a `cmd@version` from the module proxy into the cache as `name` at `version`:
+    once, under a lock, logged, and timed."""
+    dest = cache.binary(name, version)
     if dest.exists():
         return dest
-    with file_lock(cache.locks / f"kwok-{version}.lock", "kwok build"):
+    with file_lock(cache.locks / f"{name}-{version}.lock", f"{name} build"):
         if dest.exists():
             return dest
         env = go_env(cache)
-        gobin = Path(tempfile.mkdtemp(prefix="kwok-build-", dir=cache.root))
+        gobin = Path(tempfile.mkdtemp(prefix=f"{name}-build-", dir=cache.root))
         env["GOBIN"] = str(gobin)
         env["GOFLAGS"] = "-buildvcs=false"  # -mod=mod is not allowed with pkg@version
+        command = [
+            "go",
+            "install",
+            "-v",
+            "-trimpath",
+            *(["-tags", tags] if tags else []),
+            "-ldflags",
+            ldflags,
+        ]
         t0 = time.monotonic()
         try:
             run_logged(
-                [
-                    "go",
-                    "install",
-                    "-v",
-                    "-trimpath",
-                    "-ldflags",
-                    f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}",
-                    f"sigs.k8s.io/kwok/cmd/kwok@{version}",
-                ],
-                log=cache.logs / f"build-kwok-{version}.log",
-                what=f"go install kwok {version}",
+                [*command, package],
+                log=cache.logs / f"build-{name}-{version}.log",
+                what=f"go install {name} {version}",
                 cwd=cache.root,
                 env=env,
                 count_lines="packages compiled",
             )
-            _install(gobin / "kwok", dest)
+            _install(gobin / package.partition("@")[0].rsplit("/", 1)[-1], dest)
         finally:
             shutil.rmtree(gobin, ignore_errors=True)
-        _record_timing(cache, f"kwok-{version}", time.monotonic() - t0)
+        _record_timing(cache, f"{name}-{version}", time.monotonic() - t0)
     return dest
+
+
+def ensure_kwok(cache: CachePaths, version: str = KWOK_VERSION) -> Path:
+    return _go_install(
+        cache,
+        "kwok",
+        version,
+        f"sigs.k8s.io/kwok/cmd/kwok@{version}",
+        ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}",
+    )
 
 
 def _pip_download(package: str, version: str, dest: Path) -> Path:
@@ -351,53 +366,26 @@ def ensure_prometheus(
     SD are always there): Debian's package leaves Kubernetes SD out, and the role-pod
     discovery of annotated pods is what the operator relies on. No web UI assets (the HTTP
     API is complete without them)."""
-    dest = cache.binary("prometheus", version)
-    if dest.exists():
-        return dest
-    with file_lock(cache.locks / f"prometheus-{version}.lock", "prometheus build"):
-        if dest.exists():
-            return dest
-        env = go_env(cache)
-        gobin = Path(tempfile.mkdtemp(prefix="prometheus-build-", dir=cache.root))
-        env["GOBIN"] = str(gobin)
-        env["GOFLAGS"] = "-buildvcs=false"  # -mod=mod is not allowed with pkg@version
-        bare = version.removeprefix("v")
-        ver_pkg = "github.com/prometheus/common/version"
-        ldflags = " ".join(
-            [
-                "-s -w",
-                f"-X {ver_pkg}.Version={bare}",
-                f"-X {ver_pkg}.Revision={module_version}",
-                f"-X {ver_pkg}.Branch=module-proxy",
-                f"-X {ver_pkg}.BuildUser=localcluster",
-                f"-X {ver_pkg}.BuildDate=19700101-00:00:00",
-            ]
-        )
-        t0 = time.monotonic()
-        try:
-            run_logged(
-                [
-                    "go",
-                    "install",
-                    "-v",
-                    "-trimpath",
-                    "-tags",
-                    "remove_all_sd,enable_kubernetes_sd",
-                    "-ldflags",
-                    ldflags,
-                    f"github.com/prometheus/prometheus/cmd/prometheus@{module_version}",
-                ],
-                log=cache.logs / f"build-prometheus-{version}.log",
-                what=f"go install prometheus {version}",
-                cwd=cache.root,
-                env=env,
-                count_lines="packages compiled",
-            )
-            _install(gobin / "prometheus", dest)
-        finally:
-            shutil.rmtree(gobin, ignore_errors=True)
-        _record_timing(cache, f"prometheus-{version}", time.monotonic() - t0)
-    return dest
+    bare = version.removeprefix("v")
+    ver_pkg = "github.com/prometheus/common/version"
+    ldflags = " ".join(
+        [
+            "-s -w",
+            f"-X {ver_pkg}.Version={bare}",
+            f"-X {ver_pkg}.Revision={module_version}",
+            f"-X {ver_pkg}.Branch=module-proxy",
+            f"-X {ver_pkg}.BuildUser=localcluster",
+            f"-X {ver_pkg}.BuildDate=19700101-00:00:00",
+        ]
+    )
+    return _go_install(
+        cache,
+        "prometheus",
+        version,
+        f"github.com/prometheus/prometheus/cmd/prometheus@{module_version}",
+        ldflags=ldflags,
+        tags="remove_all_sd,enable_kubernetes_sd",
+    )
 
 
 def _record_timing(cache: CachePaths, key: str, seconds: float) -> None:
