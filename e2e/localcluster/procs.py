@@ -77,7 +77,15 @@ def is_ours(pid: int | None, argv0: str) -> bool:
     if pid is None or pid <= 0:
         return False
     cmd = _cmdline(pid)
-    if not cmd or cmd[0] != argv0:
+    if not cmd:
+        # Just after exec the kernel shows an empty cmdline for a moment; the executable is already known.
+        try:
+            running = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            return False
+        if running != os.path.realpath(argv0):
+            return False
+    elif cmd[0] != argv0:
         return False
     return not _is_zombie(pid)
 
@@ -125,8 +133,8 @@ class Processes:
 
     def alive(self, comp: Component) -> bool:
         proc = self._popen.get(comp.name)
-        if proc is not None and proc.poll() is not None:
-            return False
+        if proc is not None:
+            return proc.poll() is None  # our own child: its handle is the truth
         return is_ours(comp.pid, comp.argv[0])
 
     def healthy(self, comp: Component) -> bool:
