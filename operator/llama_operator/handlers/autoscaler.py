@@ -81,7 +81,7 @@ def autoscale(
     if autoscaling is None or view is None:
         return
     signals, error = memo.signals.get(
-        (str(namespace), name), _all_views(llamaservice_index, deployment_index)
+        (str(namespace), name), lambda: _all_views(llamaservice_index, deployment_index)
     )
     if signals is None:
         signals = Signals.no_data(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,15 +81,18 @@ class SignalCache:
     _asked_for: frozenset[ServiceKey] = frozenset()
 
     def get(
-        self, key: ServiceKey, services: Mapping[ServiceKey, ServiceView]
+        self, key: ServiceKey, services: Callable[[], Mapping[ServiceKey, ServiceView]]
     ) -> tuple[Signals | None, str | None]:
-        """(signals, None), or (None, why) when Prometheus could not be asked."""
+        """(signals, None), or (None, why) when Prometheus could not be asked. `services` lists every
+        autoscaled service; it is called only when the cycle's queries are due, so a timer that reuses
+        them does no work per other service."""
         with self._lock:
             now = time.monotonic()
             if now - self._fetched_at > self.max_age_seconds or key not in self._asked_for:
-                self._asked_for = frozenset(services)
+                views = services()
+                self._asked_for = frozenset(views)
                 try:
-                    self._signals = self.source.fetch(services, window_seconds=self.window_seconds)
+                    self._signals = self.source.fetch(views, window_seconds=self.window_seconds)
                     self._error = None
                 except PrometheusUnavailableError as err:
                     self._signals, self._error = {}, str(err)
