@@ -22,7 +22,7 @@ from kubernetes import client, config
 
 from llama_operator.fleetsim.client import FleetClient
 from localcluster.info import ClusterInfo
-from support import GROUP, eventually, repo_root
+from support import GROUP, eventually, repo_root, wait_healthz
 
 VERSION, PLURAL = "v1alpha1", "llamaservices"
 
@@ -58,17 +58,7 @@ class FleetProcess:
         ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=repo_root())
-
-        def healthy() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(f"fleet-sim exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        eventually("the fleet simulator's /healthz", healthy, timeout=30)
+        wait_healthz("fleet-sim", self.proc, f"{self.url}/healthz", self.tail, timeout=30)
 
     def stop(self) -> int | None:
         """SIGTERM; the exit code (None if it had to be killed)."""

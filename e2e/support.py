@@ -39,6 +39,23 @@ def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, int
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
+def wait_healthz(
+    what: str, proc: subprocess.Popen[bytes], url: str, tail: Callable[[], str], timeout: float
+) -> None:
+    """Wait for `url` (a /healthz) to answer 200; fail at once, with the log's tail, if `proc` exits."""
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    eventually(f"{what}'s {url}", healthy, timeout=timeout)
+
+
 @dataclass
 class Cluster:
     info: ClusterInfo
@@ -133,17 +150,7 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-
-        def healthy() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        eventually("the operator's liveness endpoint", healthy, timeout=90)
+        wait_healthz("the operator", self.proc, f"http://127.0.0.1:{port}/healthz", self.tail, timeout=90)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -8,13 +8,14 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from localcluster import info as cluster_info
+from support import eventually
 
 INFO = cluster_info.load()
 
@@ -26,7 +27,6 @@ pytestmark = [
     ),
 ]
 
-T = TypeVar("T")
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 
@@ -34,18 +34,6 @@ MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 def _info() -> cluster_info.ClusterInfo:
     assert INFO is not None
     return INFO
-
-
-def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5) -> T:
-    """Poll until fn returns something truthy; fail with `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
 def apply(manifest: dict[str, Any]) -> None:
