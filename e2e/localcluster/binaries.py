@@ -156,33 +156,17 @@ def ensure_kubernetes(cache: CachePaths, version: str = KUBERNETES_VERSION) -> d
             f"kubernetes {version}: building {', '.join(KUBE_COMMANDS)} "
             "(cold: 10-25 min on 2 cores; cached afterwards)"
         )
-        out = Path(tempfile.mkdtemp(prefix="kube-build-", dir=src))
-        t0 = time.monotonic()
-        try:
-            run_logged(
-                [
-                    "go",
-                    "build",
-                    "-v",
-                    "-trimpath",
-                    "-ldflags",
-                    kube_ldflags(version),
-                    "-o",
-                    f"{out}/",
-                    *[f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS],
-                ],
-                log=cache.logs / f"build-kubernetes-{version}.log",
-                what=f"go build kubernetes {version}",
-                cwd=src,
-                env=env,
-                every=30,
-                count_lines="packages compiled",
-            )
-            for c, dest in targets.items():
-                _install(out / c, dest)
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-        _record_timing(cache, f"kubernetes-{version}", time.monotonic() - t0)
+        _go_build(
+            cache,
+            "kubernetes",
+            version,
+            src=src,
+            env=env,
+            ldflags=kube_ldflags(version),
+            packages=[f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS],
+            binaries=targets,
+            every=30,
+        )
     return targets
 
 
@@ -205,32 +189,52 @@ def ensure_etcd(cache: CachePaths, version: str = ETCD_VERSION) -> Path:
             f"module localcluster.invalid/etcd-build\n\n{header}\n\n"
             f"require go.etcd.io/etcd/server/v3 {version}\n"
         )
-        out = Path(tempfile.mkdtemp(prefix="etcd-build-", dir=src))
-        t0 = time.monotonic()
-        try:
-            run_logged(
-                [
-                    "go",
-                    "build",
-                    "-v",
-                    "-trimpath",
-                    "-ldflags",
-                    f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}",
-                    "-o",
-                    str(out / "etcd"),
-                    "go.etcd.io/etcd/server/v3",
-                ],
-                log=cache.logs / f"build-etcd-{version}.log",
-                what=f"go build etcd {version}",
-                cwd=src,
-                env=env,
-                count_lines="packages compiled",
-            )
-            _install(out / "etcd", dest)
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-        _record_timing(cache, f"etcd-{version}", time.monotonic() - t0)
+        _go_build(
+            cache,
+            "etcd",
+            version,
+            src=src,
+            env=env,
+            ldflags=f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}",
+            packages=["go.etcd.io/etcd/server/v3"],
+            binaries={"etcd": dest},
+        )
     return dest
+
+
+def _go_build(
+    cache: CachePaths,
+    name: str,
+    version: str,
+    *,
+    src: Path,
+    env: dict[str, str],
+    ldflags: str,
+    packages: list[str],
+    binaries: dict[str, Path],
+    every: float = 20.0,
+) -> None:
+    """`go build` of `packages` in the wrapper module `src`, each built binary (by name) installed at its
+    path in `binaries`; logged and timed. One package is written under the binary's own name (its
+    import path may end in a version, as etcd's server/v3 does)."""
+    out = Path(tempfile.mkdtemp(prefix=f"{name}-build-", dir=src))
+    target = f"{out}/" if len(packages) > 1 else str(out / next(iter(binaries)))
+    t0 = time.monotonic()
+    try:
+        run_logged(
+            ["go", "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", target, *packages],
+            log=cache.logs / f"build-{name}-{version}.log",
+            what=f"go build {name} {version}",
+            cwd=src,
+            env=env,
+            every=every,
+            count_lines="packages compiled",
+        )
+        for binary, dest in binaries.items():
+            _install(out / binary, dest)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    _record_timing(cache, f"{name}-{version}", time.monotonic() - t0)
 
 
 def _go_install(
