@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, parse_spec
+from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, parse_metadata, parse_spec
 from llama_operator.api.spec import AcceleratorType
 
 
@@ -23,7 +23,7 @@ def test_defaults() -> None:
     svc = parse_llamaservice(manifest())
     assert svc.spec.accelerator.type is AcceleratorType.AUTO
     assert svc.spec.engine.max_num_seqs == "auto"
-    assert svc.spec.engine.gpu_memory_utilization == "auto"
+    assert svc.spec.engine.gpu_memory_utilization is None
     assert svc.spec.engine.prefix_caching is True
     assert svc.spec.replicas == 1 and not svc.spec.autoscaling_enabled
 
@@ -66,7 +66,10 @@ def test_issue_example_parses() -> None:
         ({"accelerator": {"type": "tpu"}}, "spec.accelerator.type"),
         ({"autoscaling": {"slo": {"ttftSeconds": -1}}}, "spec.autoscaling.slo.ttftSeconds"),
         ({"engine": {"maxNumSeqs": 0}}, "maxNumSeqs must be 'auto' or between 1 and 4096"),
-        ({"engine": {"gpuMemoryUtilization": 1.5}}, "gpuMemoryUtilization must be 'auto' or between"),
+        (
+            {"engine": {"gpuMemoryUtilization": 1.5}},
+            "spec.engine.gpuMemoryUtilization: Input should be less than or equal to 0.98",
+        ),
         ({"engine": {"bogus": 1}}, "spec.engine.bogus"),
     ],
 )
@@ -79,3 +82,40 @@ def test_invalid_specs_name_the_field(spec: dict[str, Any], expected: str) -> No
 def test_model_is_required() -> None:
     with pytest.raises(InvalidSpecError, match=r"spec\.model: Field required"):
         parse_spec({})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["x" * 64, "chat.v2", "1chat", "Chat", "chat-", "-chat", "chat_v2", ""],
+)
+def test_names_that_cannot_name_a_service_are_refused(name: str) -> None:
+    doc = manifest()
+    doc["metadata"]["name"] = name
+    with pytest.raises(InvalidSpecError, match=r"metadata\.name must be a DNS-1035 label"):
+        parse_llamaservice(doc) if name else parse_metadata(doc["metadata"])
+
+
+@pytest.mark.parametrize("name", ["a", "chat", "x" * 63, "llama-3-2-1b"])
+def test_dns_1035_names_are_accepted(name: str) -> None:
+    doc = manifest()
+    doc["metadata"]["name"] = name
+    assert parse_llamaservice(doc).metadata.name == name
+
+
+@pytest.mark.parametrize("size", ["lots", "0", "0Gi", "-1Gi", "20 Gi", "1.5.Gi"])
+def test_cache_size_limit_must_be_a_positive_quantity(size: str) -> None:
+    with pytest.raises(
+        InvalidSpecError, match=r"spec.model.cache.sizeLimit: .* not a positive Kubernetes quantity"
+    ):
+        parse_llamaservice(manifest(model={"name": "x/y", "cache": {"sizeLimit": size}}))
+
+
+@pytest.mark.parametrize("size", ["20Gi", "500M", "1e9", "0.5Ti"])
+def test_cache_size_limit_quantities(size: str) -> None:
+    svc = parse_llamaservice(manifest(model={"name": "x/y", "cache": {"sizeLimit": size}}))
+    assert svc.spec.model.cache is not None and svc.spec.model.cache.size_limit == size
+
+
+def test_gpu_memory_utilization_auto_still_reads_as_unset() -> None:
+    svc = parse_llamaservice(manifest(engine={"gpuMemoryUtilization": "auto"}))
+    assert svc.spec.engine.gpu_memory_utilization is None

@@ -16,7 +16,10 @@ import yaml
 from llama_operator.api.spec import (
     GROUP,
     KIND,
+    MAX_NAME_LENGTH,
     MIG_PROFILES_BY_TYPE,
+    NAME_PATTERN,
+    NAME_RULE_MESSAGE,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -47,6 +50,18 @@ def _mig_rule() -> dict[str, str]:
     }
 
 
+# A flag whose name has a segment that says it carries a secret (--hf-token, --api-key, --foo.secret=...).
+# Refused at admission so that the value is never stored (kopf's annotations copy the spec).
+SECRET_FLAG_CEL = r"^--?([A-Za-z0-9]+[-_.])*(?i:token|key|secret|password|apikey|passwd)([-_.=]|$)"
+
+ROOT_RULES: list[dict[str, str]] = [
+    {
+        "rule": f"self.metadata.name.matches('{NAME_PATTERN}') && size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        "message": NAME_RULE_MESSAGE,
+        "reason": "FieldValueInvalid",
+    }
+]
+
 # CEL rules, by the JSON path of the object they guard. The same rules hold in pydantic validators, so
 # `plan -f` and the API server reject the same manifests.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
@@ -72,6 +87,24 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".minReplicas",
             "reason": "FieldValueInvalid",
         }
+    ],
+    "spec.model.cache.sizeLimit": [
+        {
+            "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+            "message": "sizeLimit must be a positive Kubernetes quantity such as 20Gi",
+        }
+    ],
+    "spec.engine.extraArgs": [
+        {
+            "rule": "size(self) == 0 || self[0].startsWith('-')",
+            "message": "extraArgs must start with a vLLM flag such as --enforce-eager (one flag or value per item)",
+        },
+        {
+            "rule": f"self.all(a, !a.matches('{SECRET_FLAG_CEL}'))",
+            "message": "extraArgs must not carry secrets (a flag whose name says token, key, secret or password): "
+            "use spec.model.tokenSecretRef for the Hugging Face token and spec.engine.apiKeySecretRef for the "
+            "API key; they reach vLLM from a Secret",
+        },
     ],
     "spec.engine.maxNumSeqs": [
         {
@@ -212,6 +245,7 @@ def openapi_schema() -> Schema:
     return {
         "type": "object",
         "description": "A Llama model served by vLLM on the accelerator that fits it, scaled to a latency SLO.",
+        "x-kubernetes-validations": ROOT_RULES,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},

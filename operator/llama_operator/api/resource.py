@@ -8,7 +8,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llama_operator.api.base import WireModel
-from llama_operator.api.spec import API_VERSION, KIND, LlamaServiceSpec
+from llama_operator.api.spec import (
+    API_VERSION,
+    KIND,
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    NAME_RULE_MESSAGE,
+    LlamaServiceSpec,
+)
 from llama_operator.api.status import LlamaServiceStatus
 
 
@@ -17,7 +24,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
-    name: str
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LENGTH)]
     namespace: str = "default"
     uid: str | None = None
     generation: int | None = None
@@ -76,6 +83,16 @@ def parse_spec(spec: Mapping[str, Any]) -> LlamaServiceSpec:
         raise InvalidSpecError(describe_validation_error(err, "spec")) from None
 
 
+def parse_metadata(meta: Mapping[str, Any]) -> ObjectMeta:
+    """Validate the metadata the operator derives names from; raise InvalidSpecError naming the field."""
+    try:
+        return ObjectMeta.model_validate(dict(meta))
+    except ValidationError as err:
+        if any(e["loc"][:1] == ("name",) for e in err.errors()):
+            raise InvalidSpecError(f"{NAME_RULE_MESSAGE}; got {meta.get('name')!r}") from None
+        raise InvalidSpecError(describe_validation_error(err, "metadata")) from None
+
+
 def parse_llamaservice(obj: Mapping[str, Any]) -> LlamaService:
     """Validate a whole manifest (e.g. from `plan -f`)."""
     if obj.get("kind") != KIND:
@@ -86,4 +103,4 @@ def parse_llamaservice(obj: Mapping[str, Any]) -> LlamaService:
     if not meta.get("name"):
         raise InvalidSpecError("metadata.name: required")
     spec = parse_spec(obj.get("spec") or {})
-    return LlamaService(metadata=ObjectMeta.model_validate(meta), spec=spec)
+    return LlamaService(metadata=parse_metadata(meta), spec=spec)

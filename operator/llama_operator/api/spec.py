@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -57,6 +58,20 @@ class Quantization(StrEnum):
 
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# metadata.name names the Service (a DNS-1035 label: a letter first, at most 63 characters), the
+# Deployment, the PodDisruptionBudget and the PodMonitor, and is a label value: every one of those
+# limits holds when the name is such a label.
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_NAME_LENGTH = 63
+NAME_RULE_MESSAGE = (
+    "metadata.name must be a DNS-1035 label of at most 63 characters: lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit (it names the Service and the Deployment)"
+)
+# The API server's quantity grammar (k8s.io/apimachinery resource.Quantity); the CRD checks with isQuantity.
+QUANTITY = re.compile(
+    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+QUANTITY_ZERO = re.compile(r"^[+-]?0*(\.0*)?([KMGTPE]i|[numkMGTPE]|[eE].*)?$")
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
@@ -81,8 +96,23 @@ class ModelCache(WireModel):
     ] = None
     size_limit: Annotated[
         str | None,
-        Field(description="Size limit of the emptyDir used when no claim is named, e.g. 20Gi."),
+        Field(
+            description="Size limit of the emptyDir used when no claim is named: a Kubernetes quantity "
+            "such as 20Gi.",
+            max_length=64,
+        ),
     ] = None
+
+    @field_validator("size_limit")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None and not (
+            QUANTITY.match(v) and not v.startswith("-") and QUANTITY_ZERO.match(v) is None
+        ):
+            raise ValueError(
+                f"model.cache.sizeLimit {v!r} is not a positive Kubernetes quantity such as 20Gi"
+            )
+        return v
 
 
 class ModelArchitecture(WireModel):
@@ -184,7 +214,6 @@ class AcceleratorSpec(WireModel):
 
 
 AutoOrInt = int | Literal["auto"]
-AutoOrFloat = float | Literal["auto"]
 
 
 class EngineSpec(WireModel):
@@ -219,11 +248,14 @@ class EngineSpec(WireModel):
         ),
     ] = "auto"
     gpu_memory_utilization: Annotated[
-        AutoOrFloat,
+        float | None,
         Field(
-            description="Fraction of accelerator memory vLLM may use (0.5-0.98), or 'auto'.",
+            description="Fraction of accelerator memory vLLM may use, 0.5 to 0.98. Unset: the planner's "
+            "default (0.90). A number, so that the API server checks it.",
+            ge=0.5,
+            le=0.98,
         ),
-    ] = "auto"
+    ] = None
     prefix_caching: Annotated[bool, Field(description="Enable automatic prefix caching.")] = True
     extra_args: Annotated[
         list[Annotated[str, Field(max_length=1024)]],
@@ -241,12 +273,11 @@ class EngineSpec(WireModel):
             raise ValueError("engine.maxNumSeqs must be 'auto' or between 1 and 4096")
         return v
 
-    @field_validator("gpu_memory_utilization")
+    @field_validator("gpu_memory_utilization", mode="before")
     @classmethod
-    def _util(cls, v: AutoOrFloat) -> AutoOrFloat:
-        if not isinstance(v, str) and not 0.5 <= v <= 0.98:
-            raise ValueError("engine.gpuMemoryUtilization must be 'auto' or between 0.5 and 0.98")
-        return v
+    def _util_auto(cls, v: object) -> object:
+        # 'auto' was the way to say "unset" before the field was typed; objects stored then still read.
+        return None if v == "auto" else v
 
 
 class SLOSpec(WireModel):

@@ -14,10 +14,11 @@ from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals
-from llama_operator.handlers.indexes import OwnerKey, one
+from llama_operator.handlers.indexes import OwnerKey, owned_deployment
 from llama_operator.infra.config import ConfigError, load_settings
 from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state
+from llama_operator.reconcile.ownership import object_uid
 
 
 def _interval() -> float:
@@ -54,7 +55,8 @@ def _all_views(
     views: dict[ServiceKey, ServiceView] = {}
     for key, store in llamaservice_index.items():
         for body in store:
-            view = service_view(body, one(deployment_index, key))
+            uid = (body.get("metadata") or {}).get("uid")
+            view = service_view(body, owned_deployment(deployment_index, key, uid))
             if view is not None and _autoscaled(spec=kopf.Spec(kopf.Body(cast("kopf.RawBody", body)))):
                 views[key] = view
     return views
@@ -77,7 +79,8 @@ def autoscale(
     except InvalidSpecError:
         return  # reconcile reports a bad spec
     autoscaling = spec.autoscaling
-    view = service_view(dict(body), one(deployment_index, (str(namespace), name)))
+    deployment = owned_deployment(deployment_index, (str(namespace), name), body.metadata.uid)
+    view = service_view(dict(body), deployment)
     if autoscaling is None or view is None:
         return
     signals, error = memo.signals.get(
@@ -100,11 +103,12 @@ def autoscale(
         generation=body.metadata.get("generation"),
         now=datetime.now(UTC),
     )
-    if outcome.replicas is not None:
+    if outcome.replicas is not None and deployment is not None:
         set_deployment_replicas(
             memo.kube,
             namespace=str(namespace),
             name=name,
+            uid=str(object_uid(deployment)),
             replicas=outcome.replicas,
             field_manager=memo.settings.autoscaler_field_manager,
         )

@@ -8,6 +8,7 @@ import kopf
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.reconcile.ownership import Ownership, ownership
 
 OwnerKey = tuple[str, str]
 
@@ -59,9 +60,34 @@ def pod_index(
 def deployment_index(
     body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> dict[OwnerKey, dict[str, Any]]:
-    return {(str(namespace), labels[SERVICE_LABEL]): dict(body)}
+    # Without managedFields and annotations: they are most of a Deployment's bytes and nothing reads them.
+    meta = body.metadata
+    return {
+        (str(namespace), labels[SERVICE_LABEL]): {
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+                "generation": meta.get("generation"),
+                "labels": dict(meta.labels or {}),
+                "ownerReferences": list(meta.get("ownerReferences") or []),
+            },
+            "spec": dict(body.spec),
+            "status": dict(body.status),
+        }
+    }
 
 
 def one(index: kopf.Index[OwnerKey, dict[str, Any]], key: OwnerKey) -> dict[str, Any] | None:
     store = index.get(key)
     return next(iter(store), None) if store is not None else None
+
+
+def owned_deployment(
+    deployment_index: kopf.Index[OwnerKey, dict[str, Any]], key: OwnerKey, owner_uid: str | None
+) -> dict[str, Any] | None:
+    """The Deployment this LlamaService controls; a tenant's Deployment carrying our label is not it."""
+    for deployment in deployment_index.get(key, []):
+        if owner_uid and ownership(deployment, owner_uid) is Ownership.OURS:
+            return deployment
+    return None

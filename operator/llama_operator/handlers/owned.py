@@ -8,9 +8,10 @@ from typing import Any, cast
 import kopf
 
 from llama_operator.desired.labels import SERVICE_LABEL
-from llama_operator.handlers.indexes import OwnerKey, one
-from llama_operator.handlers.llamaservice import apply_outcome, compute_outcome
+from llama_operator.handlers.indexes import OwnerKey, one, owned_deployment
+from llama_operator.handlers.llamaservice import OutcomeNotReached, apply_outcome, compute_outcome
 from llama_operator.reconcile.drift import drifted, is_subset
+from llama_operator.reconcile.ownership import Ownership, ownership
 from llama_operator.reconcile.rollout import rollout_status
 
 
@@ -41,7 +42,10 @@ def _repair_if_drifted(
             reason="DriftRepaired",
             message=f"{kind} differed from the spec; re-applied",
         )
-        apply_outcome(owner, outcome, memo, deployment)
+        try:
+            apply_outcome(owner, outcome, memo, deployment)
+        except OutcomeNotReached as err:
+            logger.warning("%s not repaired: %s", kind, err)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})  # type: ignore[arg-type]  # index kwargs
@@ -62,6 +66,8 @@ def deployment_changed(
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return
     live = None if event.get("type") == "DELETED" else dict(body)
+    if live is not None and ownership(live, owner["metadata"].get("uid", "")) is not Ownership.OURS:
+        return  # a tenant's object with our label: not ours to repair or to read status from
     _repair_if_drifted(
         owner=owner,
         live=live,
@@ -92,7 +98,11 @@ def service_changed(
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return
     live = None if event.get("type") == "DELETED" else dict(body)
-    deployment = one(deployment_index, (str(namespace), labels[SERVICE_LABEL]))
+    if live is not None and ownership(live, owner["metadata"].get("uid", "")) is not Ownership.OURS:
+        return  # a tenant's object with our label: not ours to repair
+    deployment = owned_deployment(
+        deployment_index, (str(namespace), labels[SERVICE_LABEL]), owner["metadata"].get("uid")
+    )
     _repair_if_drifted(
         owner=owner,
         live=live,
@@ -118,7 +128,9 @@ def pod_changed(
     owner = _owner(llamaservice_index, str(namespace), labels)
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return
-    deployment = one(deployment_index, (str(namespace), labels[SERVICE_LABEL]))
+    deployment = owned_deployment(
+        deployment_index, (str(namespace), labels[SERVICE_LABEL]), owner["metadata"].get("uid")
+    )
     _mirror_rollout(owner=owner, deployment=deployment, pod_index=pod_index, memo=memo)
 
 

@@ -42,13 +42,16 @@ class Kube:
     def _resource(self, api_version: str, kind: str) -> Any:
         return self.dynamic.resources.get(api_version=api_version, kind=kind)
 
-    def apply(self, manifest: Manifest, *, field_manager: str) -> dict[str, Any]:
-        """Server-side apply; conflicts are forced: this manager owns what it applies."""
+    def apply(self, manifest: Manifest, *, field_manager: str, uid: str) -> dict[str, Any]:
+        """Server-side apply to the existing object with this uid; conflicts are forced (this manager owns
+        what it applies). The uid in the body is a precondition: if the object was deleted and re-created
+        by someone else meanwhile, the API server refuses the write (a uid is immutable)."""
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
-        meta = manifest["metadata"]
+        meta = dict(manifest["metadata"])
+        meta["uid"] = uid
         result = self.dynamic.server_side_apply(
             resource,
-            body=dict(manifest),
+            body={**manifest, "metadata": meta},
             name=meta["name"],
             namespace=meta.get("namespace"),
             field_manager=field_manager,
@@ -56,12 +59,22 @@ class Kube:
         )
         return dict(result.to_dict())
 
-    def delete(self, api_version: str, kind: str, *, namespace: str, name: str) -> bool:
-        """Delete if present; True when something was deleted."""
+    def create(self, manifest: Manifest, *, field_manager: str) -> dict[str, Any]:
+        """Create (POST): fails with 409 if anything already has the name, so nothing is ever adopted."""
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        result = self.dynamic.create(
+            resource,
+            body=dict(manifest),
+            namespace=manifest["metadata"].get("namespace"),
+            field_manager=field_manager,
+        )
+        return dict(result.to_dict())
+
+    def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str) -> bool:
+        """Delete the object with this uid, and only that one (a uid precondition); True when deleted."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            resource = self._resource(api_version, kind)
-            resource_client = self.dynamic
-            resource_client.delete(resource, name=name, namespace=namespace)
+            self.dynamic.delete(self._resource(api_version, kind), name=name, namespace=namespace, body=body)
         except (NotFoundError, ResourceNotFoundError):
             return False
         return True

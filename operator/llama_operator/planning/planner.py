@@ -628,9 +628,7 @@ def _request(spec: LlamaServiceSpec) -> _Request:
         quantization=engine.quantization,
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
-        gpu_memory_utilization=None
-        if engine.gpu_memory_utilization == "auto"
-        else engine.gpu_memory_utilization,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
         extra=parse_extra_args(engine.extra_args),
     )
 

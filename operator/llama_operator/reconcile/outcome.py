@@ -10,7 +10,7 @@ from typing import Any
 
 from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_conditions
 from llama_operator.api.plan import Plan
-from llama_operator.api.resource import InvalidSpecError, LlamaService, ObjectMeta, parse_spec
+from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
 from llama_operator.desired.labels import selector_string
@@ -57,7 +57,7 @@ def plan_llamaservice(
     """Parse and plan; raises InvalidSpecError or PlanningError with a message for the user."""
     meta = body.get("metadata") or {}
     spec = parse_spec(body.get("spec") or {})
-    svc = LlamaService(metadata=ObjectMeta.model_validate(meta), spec=spec)
+    svc = LlamaService(metadata=parse_metadata(meta), spec=spec)
     plan = plan_service(spec, name=svc.metadata.name, config=planning_config(settings), inventory=inventory)
     return svc, plan
 

@@ -1,0 +1,142 @@
+"""What happened when the operator acted on a DesiredState, and how that shows in status. Pure.
+
+The executor (infra.execute) fills an ExecutionReport; `report_execution` turns it into conditions and
+at most one Event per change, so a problem that persists across reconciles is not repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from llama_operator.api.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    find_condition,
+    set_conditions,
+)
+from llama_operator.api.status import Phase
+
+NAME_CONFLICT = "NameConflict"
+APPLY_REJECTED = "ApplyRejected"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A permanent refusal by the API server (a 4xx other than 409 and 429): retrying soon cannot help."""
+
+    ref: ObjectRef
+    status: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    warning: bool = True
+
+
+@dataclass
+class ExecutionReport:
+    """Objects left alone because someone else has their name, and writes the API server refused."""
+
+    conflicts: list[ObjectRef] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    applied: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts and not self.rejections
+
+
+def is_permanent_refusal(status: int | None) -> bool:
+    """4xx errors other than Conflict and TooManyRequests do not go away by retrying the same write."""
+    return status is not None and 400 <= status < 500 and status not in {404, 409, 429}
+
+
+def conflict_message(conflicts: list[ObjectRef]) -> str:
+    names = "; ".join(
+        f"{ref} exists and is not controlled by this LlamaService, so it is left untouched"
+        for ref in conflicts
+    )
+    return f"{names}. Rename the LlamaService, or delete or rename the existing object"
+
+
+def rejection_message(rejections: list[Rejection]) -> str:
+    return "; ".join(f"the API server refused {r.ref} ({r.status}): {r.message}" for r in rejections)
+
+
+def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
+    raw = (status or {}).get("conditions") or []
+    return [Condition.model_validate(c) for c in raw]
+
+
+def report_execution(
+    previous_status: Mapping[str, Any] | None,
+    status_patch: Mapping[str, Any],
+    report: ExecutionReport,
+    *,
+    now: datetime,
+    generation: int | None,
+) -> dict[str, Any]:
+    """Fold the report into the status patch: Degraded names every conflict and refusal."""
+    patch = dict(status_patch)
+    if report.clean:
+        return patch
+    parts = []
+    if report.conflicts:
+        parts.append(conflict_message(report.conflicts))
+    if report.rejections:
+        parts.append(rejection_message(report.rejections))
+    reason = NAME_CONFLICT if report.conflicts else APPLY_REJECTED
+    base = [Condition.model_validate(c) for c in patch.get("conditions") or []] or _conditions(
+        previous_status
+    )
+    conditions = set_conditions(
+        base,
+        [(ConditionType.DEGRADED, ConditionStatus.TRUE, reason, "; ".join(parts))],
+        now=now,
+        generation=generation,
+    )
+    patch["conditions"] = [c.to_wire() for c in conditions]
+    patch["phase"] = Phase.DEGRADED.value
+    return patch
+
+
+def degraded_event(
+    previous_status: Mapping[str, Any] | None, status_patch: Mapping[str, Any]
+) -> Event | None:
+    """One Warning Event when the patch makes the LlamaService Degraded anew or for another reason: a
+    problem that persists across reconciles and retries is reported once, not at every attempt."""
+    after = find_condition(
+        [Condition.model_validate(c) for c in status_patch.get("conditions") or []], ConditionType.DEGRADED
+    )
+    if after is None or after.status != ConditionStatus.TRUE:
+        return None
+    before = find_condition(_conditions(previous_status), ConditionType.DEGRADED)
+    if (
+        before is not None
+        and before.status == ConditionStatus.TRUE
+        and (before.reason, before.message) == (after.reason, after.message)
+    ):
+        return None
+    return Event(reason=after.reason, message=after.message)
+
+
+def retry_delay_seconds(attempt: int, *, base: float = 15.0, cap: float = 600.0) -> float:
+    """Capped exponential backoff for problems a retry soon cannot fix (a name taken, a write refused)."""
+    return float(min(cap, base * 2 ** max(0, min(attempt, 16))))
