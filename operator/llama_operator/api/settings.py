@@ -16,6 +16,13 @@ class Settings(BaseModel):
     mig_strategy: Literal["mixed", "single"] = "mixed"
     price_overrides: dict[str, float] = Field(default_factory=dict)
     gpu_image: str | None = None
+    allowed_image_prefixes: Annotated[
+        list[str],
+        Field(
+            description="Image policy: prefixes (registry/repository) that spec.engine.image must start with; "
+            "empty allows any image. The operator's own default images are always allowed."
+        ),
+    ] = Field(default_factory=list)
     cpu_image: str | None = None
     field_manager: str = "llama-operator"
     autoscaler_field_manager: str = "llama-operator-autoscaler"

@@ -25,6 +25,7 @@ from llama_operator.catalog.accelerators import (
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.extra_args import ExtraArgs, parse_extra_args
+from llama_operator.planning.images import check_engine_image
 from llama_operator.planning.inventory import (
     GPU_RESOURCE,
     MIG_CONFIG_STATE_LABEL,
@@ -110,6 +111,8 @@ class PlanningConfig:
     cpu_replica_cpus: int = 4
     model_cache_path: str = DEFAULT_MODEL_CACHE_PATH
     gpu_memory_utilization: float = 0.90
+    # The platform team's image policy for spec.engine.image; empty allows any image.
+    allowed_image_prefixes: tuple[str, ...] = ()
     # Without spec.engine.maxModelLen, an accelerator fits only if its KV cache holds a sequence this long
     # (or the model's whole context, when shorter).
     min_context_tokens: int = 4096
@@ -682,6 +685,7 @@ def plan_service(
 
     Raises PlanningError with a message the user can act on when the spec cannot work.
     """
+    check_engine_image(spec.engine.image, config.allowed_image_prefixes)
     request = _request(spec)
     notes: list[str] = []
     if spec.accelerator.type == AcceleratorType.AUTO:

@@ -34,6 +34,7 @@ def planning_config(settings: Settings) -> PlanningConfig:
     kwargs: dict[str, Any] = {
         "mig_strategy": settings.mig_strategy,
         "price_overrides": dict(settings.price_overrides),
+        "allowed_image_prefixes": tuple(settings.allowed_image_prefixes),
     }
     if settings.gpu_image:
         kwargs["gpu_image"] = settings.gpu_image
