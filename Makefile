@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench
+.PHONY: setup lint crd unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -57,3 +57,9 @@ demo-down:
 
 bench: setup
 	$(VENV)/bin/llama-operator bench --out bench-out
+
+# N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per
+# service, delete/GC time. A benchmark (figures, no assertions), not a CI step.
+SERVICES ?= 1000
+scale-bench: setup cluster-up
+	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -52,3 +53,50 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     proc.start()
     yield proc
     proc.stop()
+
+
+POD_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podmonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "PodMonitor",
+            "listKind": "PodMonitorList",
+            "plural": "podmonitors",
+            "singular": "podmonitor",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pod_monitor_crd(cluster: Cluster) -> Iterator[None]:
+    """The Prometheus Operator's PodMonitor kind (its schema loosened), so that PodMonitors are owned too."""
+    existed = cluster.get("crd", "podmonitors.monitoring.coreos.com", "default") is not None
+    if not existed:
+        cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POD_MONITOR_CRD))
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "crd/podmonitors.monitoring.coreos.com", "--timeout=60s"
+        )
+    yield
+    if not existed:
+        # Wait until it is gone: an operator started next must not see a kind that is on its way out.
+        cluster.kubectl("delete", "crd", "podmonitors.monitoring.coreos.com", "--timeout=60s", check=False)

@@ -98,6 +98,9 @@ def test_release_objects_exist(cluster: Cluster, release: str, watched: str) -> 
         ("list", "nodes", None, True),
         ("patch", "nodes", None, False),
         ("delete", "customresourcedefinitions", None, False),
+        ("update", "leases.coordination.k8s.io", "release", True),
+        ("update", "leases.coordination.k8s.io", "kube-system", False),
+        ("update", "leases.coordination.k8s.io", "watched", False),
     ],
 )
 def test_least_privilege(
@@ -111,7 +114,7 @@ def test_least_privilege(
 ) -> None:
     args = ["auth", "can-i", verb, resource, f"--as={SA}"]
     if namespace is not None:
-        args += ["-n", watched if namespace == "watched" else namespace]
+        args += ["-n", {"watched": watched, "release": RELEASE_NS}.get(namespace, namespace)]
     done = cluster.kubectl(*args, check=False)
     assert done.stdout.strip() == ("yes" if allowed else "no"), f"can-i {verb} {resource}: {done.stdout}"
 
@@ -131,7 +134,12 @@ def test_operator_works_with_the_charts_service_account(
         == SA
     )
     proc = OperatorProcess(
-        cluster, log_dir=tmp_path, kubeconfig=kubeconfig, extra_args=[f"--namespace={watched}"]
+        cluster,
+        log_dir=tmp_path,
+        kubeconfig=kubeconfig,
+        extra_args=[f"--namespace={watched}"],
+        # As the chart sets it from the pod's namespace (the downward API).
+        extra_env={"LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": RELEASE_NS},
     )
     proc.start()
     try:

@@ -23,52 +23,8 @@ from support import Cluster, OperatorProcess, eventually
 pytestmark = pytest.mark.e2e
 
 GROUP = "serving.llama-operator.dev"
-POD_MONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "podmonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "scope": "Namespaced",
-        "names": {
-            "kind": "PodMonitor",
-            "listKind": "PodMonitorList",
-            "plural": "podmonitors",
-            "singular": "podmonitor",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
 # The kinds the operator creates for a LlamaService, as kubectl names them.
 OWNED_KINDS = ("service", "poddisruptionbudget", "deployment", "podmonitors.monitoring.coreos.com")
-
-
-@pytest.fixture(scope="module")
-def pod_monitor_crd(cluster: Cluster) -> Iterator[None]:
-    """The Prometheus Operator's PodMonitor kind (its schema loosened), so that PodMonitors are owned too."""
-    existed = cluster.get("crd", "podmonitors.monitoring.coreos.com", "default") is not None
-    if not existed:
-        cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POD_MONITOR_CRD))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/podmonitors.monitoring.coreos.com", "--timeout=60s"
-        )
-    yield
-    if not existed:
-        cluster.kubectl("delete", "crd", "podmonitors.monitoring.coreos.com", "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,41 @@ INVALID = [
     ("no-model", {"model": None}, ["spec.model"]),
     ("negative-replicas", {"replicas": -1}, ["spec.replicas"]),
     ("unknown-field", {"acelerator": {"type": "t4"}}, ['unknown field "spec.acelerator"']),
+    ("memory-fraction-high", {"engine": {"gpuMemoryUtilization": 1.5}}, ["spec.engine.gpuMemoryUtilization"]),
+    (
+        "memory-fraction-map",
+        {"engine": {"gpuMemoryUtilization": {"oops": 1}}},
+        ["spec.engine.gpuMemoryUtilization"],
+    ),
+    (
+        "memory-fraction-word",
+        {"engine": {"gpuMemoryUtilization": "auto"}},
+        ["spec.engine.gpuMemoryUtilization"],
+    ),
+    (
+        "size-limit-word",
+        {"model": {"name": "x/y", "cache": {"sizeLimit": "lots"}}},
+        ["sizeLimit must be a positive"],
+    ),
+    (
+        "extra-args-value-first",
+        {"engine": {"extraArgs": ["9000"]}},
+        ["extraArgs must start with a vLLM flag"],
+    ),
+    ("extra-args-token", {"engine": {"extraArgs": ["--hf-token", "hf_x"]}}, ["must not carry secrets"]),
+    ("extra-args-api-key", {"engine": {"extraArgs": ["--api-key=abc"]}}, ["must not carry secrets"]),
 ]
+
+BAD_NAMES = ["x" * 64, "chat.v2", "1chat", "chat_v2", "Chat"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_name_that_cannot_name_a_service_is_rejected(cluster: Cluster, namespace: str, name: str) -> None:
+    done = cluster.apply(manifest(name), namespace)
+    assert done.returncode != 0, f"{name} was accepted"
+    assert "metadata.name must be a DNS-1035 label" in done.stderr or "metadata.name" in done.stderr, (
+        done.stderr
+    )
 
 
 @pytest.mark.parametrize(("name", "spec", "expected"), INVALID, ids=[c[0] for c in INVALID])
@@ -84,9 +118,4 @@ def test_valid_values_are_accepted_and_defaulted(cluster: Cluster, namespace: st
     assert spec["engine"]["dtype"] == "auto"  # defaults come from the schema
     assert spec["autoscaling"]["slo"]["ttftSeconds"] == 0.5
     assert spec["accelerator"]["count"] == 1
-    assert (
-        cluster.apply(
-            manifest("auto-words", engine={"maxNumSeqs": "auto", "gpuMemoryUtilization": "auto"}), namespace
-        ).returncode
-        == 0
-    )
+    assert cluster.apply(manifest("auto-words", engine={"maxNumSeqs": "auto"}), namespace).returncode == 0

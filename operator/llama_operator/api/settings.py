@@ -37,3 +37,18 @@ class Settings(BaseModel):
     pod_monitor: Literal["auto", "always", "never"] = "auto"
     startup_timeout_seconds: int = 1200
     termination_grace_seconds: int = 120
+    resync_seconds: Annotated[
+        float, Field(description="Every LlamaService is reconciled at least this often.", gt=0)
+    ] = 300.0
+    reconcile_workers: Annotated[int, Field(description="LlamaServices reconciled at once.", ge=1, le=64)] = 4
+    leader_election: Annotated[
+        bool, Field(description="Elect one active instance on a Lease (run several replicas for failover).")
+    ] = True
+    leader_election_namespace: Annotated[
+        str, Field(description="Namespace of the Lease; in a pod, the operator's own (POD_NAMESPACE).")
+    ] = "default"
+    leader_election_lease: str = "llama-operator"
+    leader_lease_seconds: Annotated[
+        float, Field(description="A standby takes over this long after the leader's last renewal.", ge=2)
+    ] = 10.0
+    leader_renew_seconds: Annotated[float, Field(gt=0)] = 2.0

@@ -38,5 +38,12 @@ class LlamaServiceStatus(WireModel):
         str | None, Field(description="Label selector of the pods (for the scale subresource).")
     ] = None
     accelerator: Annotated[str | None, Field(description="Resolved accelerator, for humans.")] = None
+    spec_replicas: Annotated[
+        int | None,
+        Field(
+            description="spec.replicas as last reconciled. With autoscaling on it is ignored (the autoscaler "
+            "owns replicas); a change, e.g. by `kubectl scale`, is reported with a ReplicasIgnored Event."
+        ),
+    ] = None
     plan: Annotated[Plan | None, Field(description="What the planner decided.")] = None
     autoscaling: Annotated[AutoscalingStatus | None, Field(description="Autoscaler observations.")] = None

@@ -74,6 +74,8 @@ def autoscale(
     deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
     **_: Any,
 ) -> None:
+    if not memo.controller.leading:
+        return  # a standby keeps its watches warm and decides nothing
     try:
         spec = parse_spec(body.spec)
     except InvalidSpecError:

@@ -8,6 +8,8 @@ from typing import Any
 import kopf
 
 from llama_operator.autoscale.promql import SignalLabels
+from llama_operator.handlers.controller import Controller, start_controller
+from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
 from llama_operator.infra.prometheus import PrometheusSignals, SignalCache
@@ -48,3 +50,33 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
         window_seconds=memo.settings.signal_window_seconds,
     )
     logger.info("settings: %s; PodMonitor: %s", memo.settings.model_dump(), memo.pod_monitor)
+
+
+# Registered after `configure` (kopf runs startup handlers in order): the controller needs the settings.
+@kopf.on.startup()
+async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
+    indexes = Indexes(
+        llamaservices=kwargs["llamaservice_index"],
+        nodes=kwargs["node_index"],
+        pods=kwargs["pod_index"],
+        deployments=kwargs["deployment_index"],
+        services=kwargs["service_index"],
+        pdbs=kwargs["pdb_index"],
+        pod_monitors=kwargs["pod_monitor_index"],
+    )
+    memo.controller = start_controller(memo, indexes)
+    settings = memo.settings
+    lease = f"{settings.leader_election_namespace}/{settings.leader_election_lease}"
+    logger.info(
+        "controller: %d workers, resync every %.0fs, leader election %s",
+        settings.reconcile_workers,
+        settings.resync_seconds,
+        f"on lease {lease}" if settings.leader_election else "off",
+    )
+
+
+@kopf.on.cleanup()
+async def stop_controller(*, memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller | None = getattr(memo, "controller", None)
+    if controller is not None:
+        await controller.stop()

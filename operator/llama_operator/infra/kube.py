@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -37,6 +38,9 @@ class Kube:
     def dynamic(self) -> DynamicClient:
         if self._dynamic is None:  # discovery is a round of API reads: do it once, lazily
             self._dynamic = DynamicClient(self.api_client)
+            # The client keeps discovery in a file shared by every process on the host: one written
+            # before a CRD was removed (or added) would be believed. Start from the API server's word.
+            self._dynamic.resources.invalidate_cache()
         return self._dynamic
 
     def _resource(self, api_version: str, kind: str) -> Any:
@@ -69,6 +73,67 @@ class Kube:
             field_manager=field_manager,
         )
         return dict(result.to_dict())
+
+    def replace_spec(
+        self, manifest: Manifest, *, field_manager: str, uid: str, keep_replicas: bool
+    ) -> dict[str, Any]:
+        """Replace (PUT) the spec of the object with this uid by the desired one: unlike an apply, this also
+        removes fields that someone else added. Conditional on the resourceVersion just read."""
+        api_version, kind, meta = manifest["apiVersion"], manifest["kind"], manifest["metadata"]
+        resource = self._resource(api_version, kind)
+        live = dict(self.dynamic.get(resource, name=meta["name"], namespace=meta["namespace"]).to_dict())
+        live_meta = live["metadata"]
+        if live_meta.get("uid") != uid:
+            raise ApiException(status=409, reason=f"{kind} {meta['name']} was replaced by another object")
+        spec = dict(manifest["spec"])
+        if keep_replicas and "replicas" in (live.get("spec") or {}):
+            spec.setdefault("replicas", live["spec"]["replicas"])
+        body = {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {
+                **{k: v for k, v in live_meta.items() if k != "managedFields"},
+                "labels": {**(live_meta.get("labels") or {}), **meta.get("labels", {})},
+                "ownerReferences": meta["ownerReferences"],
+            },
+            "spec": spec,
+        }
+        result = self.dynamic.replace(
+            resource, body=body, name=meta["name"], namespace=meta["namespace"], field_manager=field_manager
+        )
+        return dict(result.to_dict())
+
+    def post_event(
+        self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool, component: str
+    ) -> None:
+        """A core/v1 Event about an object (what `kubectl describe` shows). Best effort: never fails a
+        reconcile."""
+        meta = involved["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=involved.get("apiVersion"),
+                kind=involved.get("kind"),
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component=component),
+            reporting_component=component,
+            reporting_instance=component,
+        )
+        try:
+            client.CoreV1Api(self.api_client).create_namespaced_event(meta["namespace"], event)
+        except ApiException as err:
+            log.warning("could not post Event %s on %s: %s %s", reason, meta["name"], err.status, err.reason)
 
     def delete(self, api_version: str, kind: str, *, namespace: str, name: str, uid: str) -> bool:
         """Delete the object with this uid, and only that one (a uid precondition); True when deleted."""

@@ -56,7 +56,8 @@ class ExecutionReport:
 
     conflicts: list[ObjectRef] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
-    applied: list[dict[str, Any]] = field(default_factory=list)
+    repaired: list[ObjectRef] = field(default_factory=list)  # objects whose hand-added fields were removed
+    writes: int = 0  # API writes made (creates, applies, replaces, deletes)
 
     @property
     def clean(self) -> bool:

@@ -1,0 +1,245 @@
+"""Scale benchmark (`make scale-bench`): N LlamaServices on the local cluster, one operator process.
+
+Prints, and writes to --out (results.json, table.md, convergence.png):
+- the time to create the N objects and the time until every one has converged (its Service and Deployment
+  exist and its status records the current generation);
+- the operator's peak RSS (VmHWM) and its memory after convergence;
+- API writes per LlamaService, from the API server's own request counters (apiserver_request_total),
+  split by resource and verb: creates, applies and status patches, and DELETEs;
+- a second pass over the same N services with nothing changed (a resync) to show it writes nothing;
+- the time to delete them all and for the garbage collector to remove what they owned.
+
+A benchmark, not a test: it prints figures and asserts nothing. The LlamaServices run 0 replicas, so the
+figures are the operator's and the API server's, not kwok's pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import re
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from localcluster import info as cluster_info
+from support import Cluster, OperatorProcess
+
+GROUP, VERSION, PLURAL = "serving.llama-operator.dev", "v1alpha1", "llamaservices"
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+# What the operator writes; the controllers' own writes (ReplicaSets, Deployment status) are not counted.
+OPERATOR_RESOURCES = {
+    ("services", ""),
+    ("deployments", ""),
+    ("poddisruptionbudgets", ""),
+    ("podmonitors", ""),
+    ("llamaservices", "status"),
+    ("llamaservices", ""),
+    ("events", ""),
+}
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+
+
+def request_counts(api: client.ApiClient) -> Counter[tuple[str, str, str]]:
+    """(resource, subresource, verb) -> requests served so far, writes only, successes and failures."""
+    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)[
+        0
+    ].data.decode()
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+        if labels.get("verb") in WRITE_VERBS:
+            key = (labels.get("resource", ""), labels.get("subresource", ""), labels["verb"])
+            counts[key] += int(float(match.group("value")))
+    return counts
+
+
+def operator_writes(
+    before: Counter[tuple[str, str, str]], after: Counter[tuple[str, str, str]]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (resource, sub, verb), value in (after - before).items():
+        if (resource, sub) in OPERATOR_RESOURCES and value:
+            out[f"{verb} {resource}{'/' + sub if sub else ''}"] = value
+    return dict(sorted(out.items()))
+
+
+def manifest(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LlamaService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+            "accelerator": {"type": "a10g"},
+            "replicas": 0,
+        },
+    }
+
+
+def rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def converged(api: client.ApiClient, namespace: str, names: set[str]) -> int:
+    custom = client.CustomObjectsApi(api)
+    apps = client.AppsV1Api(api)
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    deployments = {d.metadata.name for d in apps.list_namespaced_deployment(namespace).items}
+    done = 0
+    for item in items:
+        status = item.get("status") or {}
+        meta = item["metadata"]
+        if (
+            meta["name"] in names
+            and meta["name"] in deployments
+            and status.get("observedGeneration") == meta["generation"]
+        ):
+            done += 1
+    return done
+
+
+def plot(timeline: list[tuple[float, int]], n: int, path: Path) -> None:
+    try:
+        import matplotlib  # noqa: PLC0415 - optional
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([t for t, _ in timeline], [c for _, c in timeline], color="black", linewidth=2)
+    ax.axhline(n, color="grey", linestyle=":")
+    ax.set_xlabel("seconds since the first LlamaService was created")
+    ax.set_ylabel("LlamaServices converged")
+    ax.set_title(f"{n} LlamaServices, one operator, 2 cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--out", default="bench-out/scale")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args(argv)
+    loaded = cluster_info.load()
+    if loaded is None:
+        print("no local cluster: run `make cluster-up`", file=sys.stderr)
+        return 2
+    cluster = Cluster(loaded)
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "crds/llamaservices.serving.llama-operator.dev.yaml",
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    api = config.new_client_from_config(str(loaded.kubeconfig))
+    api.configuration.connection_pool_maxsize = 16
+    namespace = f"scale-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    names = {f"svc-{i:04d}" for i in range(args.services)}
+    operator = OperatorProcess(
+        cluster, log_dir=out, extra_env={"LLAMA_OPERATOR_LEADER_ELECTION_LEASE": f"bench-{namespace}"}
+    )
+    operator.start()
+    assert operator.proc is not None
+    pid = operator.proc.pid
+    rss_idle = rss_kib(pid, "VmRSS")
+    custom = client.CustomObjectsApi(api)
+    before = request_counts(api)
+    print(f"==> creating {args.services} LlamaServices in {namespace}", flush=True)
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, manifest(n)
+                ),
+                sorted(names),
+            )
+        )
+    created = time.monotonic() - start
+    print(f"    created in {created:.1f}s", flush=True)
+    timeline: list[tuple[float, int]] = []
+    done = 0
+    while done < args.services and time.monotonic() - start < args.timeout:
+        done = converged(api, namespace, names)
+        timeline.append((time.monotonic() - start, done))
+        print(
+            f"    {timeline[-1][0]:6.1f}s  {done}/{args.services} converged, operator RSS {rss_kib(pid, 'VmRSS') / 1024:.0f} MiB",
+            flush=True,
+        )
+        if done < args.services:
+            time.sleep(2)
+    converge = time.monotonic() - start
+    time.sleep(10)  # let the last status writes and their echoes settle
+    after_converge = request_counts(api)
+    writes = operator_writes(before, after_converge)
+    rss_peak, rss_after = rss_kib(pid, "VmHWM"), rss_kib(pid, "VmRSS")
+
+    print("==> a resync with nothing changed (operator restarted: every key is reconciled again)", flush=True)
+    operator.restart()
+    time.sleep(max(30.0, args.services * 0.05))
+    resync_writes = operator_writes(after_converge, request_counts(api))
+
+    print("==> deleting them all", flush=True)
+    start_delete = time.monotonic()
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=900s")
+    deleted = time.monotonic() - start_delete
+    operator.stop()
+
+    total_writes = sum(writes.values())
+    results = {
+        "services": args.services,
+        "create_seconds": round(created, 1),
+        "converge_seconds": round(converge, 1),
+        "converged": done,
+        "operator_rss_peak_mib": round(rss_peak / 1024, 1),
+        "operator_rss_after_mib": round(rss_after / 1024, 1),
+        "operator_rss_idle_mib": round(rss_idle / 1024, 1),
+        "writes": writes,
+        "writes_per_service": round(total_writes / max(1, args.services), 2),
+        "resync_writes": resync_writes,
+        "delete_and_gc_seconds": round(deleted, 1),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = [
+        "| figure | value |",
+        "|---|---|",
+        f"| LlamaServices | {args.services} |",
+        f"| created in | {created:.1f} s |",
+        f"| converged (Service, Deployment, status) in | {converge:.1f} s ({done}/{args.services}) |",
+        f"| operator peak RSS | {rss_peak / 1024:.0f} MiB (idle {rss_idle / 1024:.0f}, after {rss_after / 1024:.0f}) |",
+        f"| operator writes per LlamaService | {total_writes / max(1, args.services):.2f} |",
+        *[f"| &nbsp;&nbsp;{k} | {v} |" for k, v in writes.items()],
+        f"| writes in a resync with nothing changed | {sum(resync_writes.values())} |",
+        f"| delete namespace + garbage collection | {deleted:.1f} s |",
+    ]
+    (out / "table.md").write_text("\n".join(table) + "\n")
+    plot(timeline, args.services, out / "convergence.png")
+    print("\n".join(table))
+    print(f"\nwritten: {out}/results.json, table.md, convergence.png; operator log {operator.log}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

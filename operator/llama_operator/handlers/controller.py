@@ -1,0 +1,191 @@
+"""The level-triggered controller, as controller-runtime and kube-rs build one: every watch event (the
+LlamaService, any object it owns, a Node's placement facts) only enqueues the LlamaService's key; workers
+run one reconcile per key (handlers/reconciler.py), on the elected leader only; a periodic resync
+enqueues every key, catching what no event reported."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import json
+import logging
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.handlers.indexes import node_facts
+from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
+from llama_operator.infra.leader import LeaderElection
+from llama_operator.infra.workqueue import WorkQueue
+from llama_operator.reconcile.execution import retry_delay_seconds
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+class Controller:
+    """The queue, its workers, the resync and the leader election; created at startup."""
+
+    def __init__(self, memo: kopf.Memo, indexes: Indexes, leader: LeaderElection | None) -> None:
+        self.memo, self.indexes, self.leader = memo, indexes, leader
+        settings = memo.settings
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.workers = settings.reconcile_workers
+        self.resync_seconds = settings.resync_seconds
+        self.pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile")
+        self.failures: dict[Key, int] = {}  # consecutive failed attempts per key (for backoff)
+        self.generations: dict[Key, Any] = {}  # last generation enqueued per LlamaService
+        self.node_facts: dict[str, str | None] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.reconciles = 0
+        self.writes = 0
+
+    @property
+    def leading(self) -> bool:
+        return self.leader is None or self.leader.is_leader
+
+    async def enqueue_all(self) -> None:
+        for key in list(self.indexes.llamaservices.keys()):
+            await self.queue.add(key)
+
+    async def _wait_leading(self) -> None:
+        if self.leader is not None:
+            await self.leader.leading.wait()
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wait_leading()
+            key = await self.queue.get()
+            if not self.leading:
+                await self.queue.done(key, requeue_after=0.0)  # kept for whoever leads next
+                continue
+            attempt = self.failures.get(key, 0)
+            requeue: float | None = None
+            try:
+                result = await loop.run_in_executor(
+                    self.pool,
+                    functools.partial(
+                        reconcile_llamaservice, key, memo=self.memo, indexes=self.indexes, attempt=attempt
+                    ),
+                )
+                self.reconciles += 1
+                self.writes += result.writes + int(result.status_written)
+                requeue = result.requeue_after
+            except ApiException as err:
+                requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
+                log.warning(
+                    "reconcile %s/%s: %s %s; retrying in %.0fs", *key, err.status, err.reason, requeue
+                )
+            except Exception:
+                requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
+                log.exception("reconcile %s/%s failed; retrying in %.0fs", *key, requeue)
+            if requeue is None:
+                self.failures.pop(key, None)
+            else:
+                self.failures[key] = attempt + 1
+            await self.queue.done(key, requeue_after=requeue)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            await self.enqueue_all()
+
+    async def _on_leadership(self) -> None:
+        """Whenever this instance becomes the leader, look at everything: the last leader may have left
+        work half done."""
+        assert self.leader is not None
+        while True:
+            await self.leader.leading.wait()
+            await self.enqueue_all()
+            while self.leader.is_leader:
+                await asyncio.sleep(1.0)
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        self.tasks.append(asyncio.create_task(self._resync()))
+        if self.leader is not None:
+            self.tasks.append(asyncio.create_task(self.leader.run()))
+            self.tasks.append(asyncio.create_task(self._on_leadership()))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.leader is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.leader.release)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:
+    """The controller with its leader election, as the settings ask; started."""
+    settings = memo.settings
+    leader = None
+    if settings.leader_election:
+        leader = LeaderElection(
+            memo.kube.api_client,
+            namespace=settings.leader_election_namespace,
+            name=settings.leader_election_lease,
+            lease_seconds=settings.leader_lease_seconds,
+            renew_seconds=settings.leader_renew_seconds,
+            renew_deadline_seconds=settings.leader_lease_seconds * 0.8,
+        )
+    controller = Controller(memo, indexes, leader)
+    controller.start()
+    return controller
+
+
+# --- events only enqueue ------------------------------------------------------------------------
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def llamaservice_event(
+    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    controller: Controller = memo.controller
+    key = (str(namespace), name)
+    if event.get("type") == "DELETED":
+        controller.generations.pop(key, None)
+        controller.failures.pop(key, None)
+        return
+    # Status writes (ours, the autoscaler's) come back as events too; only a new generation is news.
+    generation = (body.metadata.get("generation"), body.metadata.get("deletionTimestamp"))
+    if controller.generations.get(key) != generation:
+        controller.generations[key] = generation
+        await controller.queue.add(key)
+
+
+def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
+    return (str(namespace), str(labels.get(SERVICE_LABEL, "")))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("", "v1", "services", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels={SERVICE_LABEL: kopf.PRESENT})
+async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    await memo.controller.queue.add(_owner_key(namespace, labels))
+
+
+@kopf.on.event("nodes")
+async def node_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A node's placement facts changed (added, removed, relabelled, capacity, taints): re-plan all, since
+    `auto` and any placement no node could take may now land elsewhere. Heartbeats change nothing."""
+    controller: Controller = memo.controller
+    facts = None if event.get("type") == "DELETED" else json.dumps(node_facts(body), sort_keys=True)
+    if controller.node_facts.get(name) == facts:
+        return
+    if facts is None:
+        controller.node_facts.pop(name, None)
+    else:
+        controller.node_facts[name] = facts
+    await controller.enqueue_all()

@@ -1,0 +1,167 @@
+"""One reconcile of one LlamaService: read the indexes, plan, build, converge every owned object, report.
+Runs in a worker thread of the controller (handlers/controller.py), on the leader only."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from llama_operator.handlers.indexes import ObjectKey, OwnerKey, one, owned_deployment
+from llama_operator.infra.execute import execute, set_deployment_replicas
+from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.reconcile.drift import merge_patch_changes
+from llama_operator.reconcile.execution import (
+    Event,
+    degraded_event,
+    report_execution,
+    retry_delay_seconds,
+)
+from llama_operator.reconcile.outcome import ReconcileOutcome, reconcile
+from llama_operator.reconcile.ownership import object_uid
+from llama_operator.reconcile.replicas import ignored_replicas_event
+from llama_operator.reconcile.rollout import rollout_status
+
+COMPONENT = "llama-operator"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Indexes:
+    """kopf's indexes, as the startup handler received them (they fill and follow the watches)."""
+
+    llamaservices: kopf.Index[OwnerKey, dict[str, Any]]
+    nodes: kopf.Index[str, dict[str, Any]]
+    pods: kopf.Index[OwnerKey, dict[str, Any]]
+    deployments: kopf.Index[OwnerKey, dict[str, Any]]
+    services: kopf.Index[ObjectKey, dict[str, Any]]
+    pdbs: kopf.Index[ObjectKey, dict[str, Any]]
+    pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
+
+    def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "Deployment":
+            return next(
+                (d for d in self.deployments.get((namespace, name), []) if d["metadata"]["name"] == name),
+                None,
+            )
+        index = {"Service": self.services, "PodDisruptionBudget": self.pdbs, "PodMonitor": self.pod_monitors}[
+            kind
+        ]
+        return next(iter(index.get((kind, namespace, name), [])), None)
+
+
+@dataclass
+class ReconcileResult:
+    requeue_after: float | None = None
+    writes: int = 0
+    status_written: bool = False
+    events: list[Event] = field(default_factory=list)
+
+
+def compute_outcome(body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes) -> ReconcileOutcome:
+    """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
+    nodes = [node for store in indexes.nodes.values() for node in store]
+    return reconcile(
+        body,
+        memo.settings,
+        inventory=inventory_from_nodes(nodes) if nodes else None,
+        pod_monitor=memo.pod_monitor,
+        now=datetime.now(UTC),
+    )
+
+
+def _keep_replicas_in_bounds(
+    body: Mapping[str, Any], memo: kopf.Memo, deployment: Mapping[str, Any] | None
+) -> int:
+    """Replicas outside [minReplicas, maxReplicas] (a hand scale) are brought back now, whatever the
+    autoscaler's stabilization; inside the bounds the autoscaler decides."""
+    autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
+    if deployment is None or not autoscaling or not autoscaling.get("enabled", True):
+        return 0
+    meta = body["metadata"]
+    current = int((deployment.get("spec") or {}).get("replicas") or 0)
+    lo, hi = int(autoscaling.get("minReplicas", 1)), int(autoscaling.get("maxReplicas", 8))
+    if lo <= current <= hi:
+        return 0
+    set_deployment_replicas(
+        memo.kube,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=str(object_uid(deployment)),
+        replicas=min(max(current, lo), hi),
+        field_manager=memo.settings.autoscaler_field_manager,
+    )
+    return 1
+
+
+def reconcile_llamaservice(
+    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, attempt: int
+) -> ReconcileResult:
+    """Converge one LlamaService. Raises ApiException for failures a retry may fix (the caller backs off)."""
+    body = one(indexes.llamaservices, key)
+    result = ReconcileResult()
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return result  # gone or going: the garbage collector removes what it owned
+    namespace, name = key
+    meta = body["metadata"]
+    before: dict[str, Any] = dict(body.get("status") or {})
+    now = datetime.now(UTC)
+    outcome = compute_outcome(body, memo, indexes)
+    status = dict(outcome.status_patch)
+    if outcome.desired is not None:
+        settings = memo.settings
+        report = execute(
+            memo.kube,
+            outcome.desired,
+            namespace=namespace,
+            owner_uid=str(meta.get("uid") or ""),
+            field_manager=settings.field_manager,
+            own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
+            live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
+        )
+        deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
+        result.writes = report.writes + _keep_replicas_in_bounds(body, memo, deployment)
+        status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
+        status.update(
+            rollout_status(
+                {**before, **status},
+                deployment,
+                indexes.pods.get(key, []),
+                generation=meta.get("generation"),
+                now=now,
+            )
+        )
+        spec = body.get("spec") or {}
+        status["specReplicas"] = spec.get("replicas")
+        ignored = ignored_replicas_event(spec, before)
+        if ignored is not None:
+            result.events.append(ignored)
+        result.events += [
+            Event("DriftRepaired", f"{ref} had fields added by hand; they were removed", warning=False)
+            for ref in report.repaired
+        ]
+        if not report.clean:
+            result.requeue_after = retry_delay_seconds(attempt)
+    degraded = degraded_event(before, status)
+    if degraded is not None:
+        result.events.insert(0, degraded)
+    if merge_patch_changes(status, before):  # only a real change is written
+        memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=status)
+        result.status_written = True
+    if result.writes or result.status_written:
+        log.info(
+            "reconciled %s/%s: %d object write(s)%s",
+            namespace,
+            name,
+            result.writes,
+            ", status updated" if result.status_written else "",
+        )
+    for event in result.events:
+        memo.kube.post_event(
+            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
+        )
+    return result
