@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from support import Cluster, OperatorProcess, eventually, repo_root
+from support import Cluster, OperatorProcess, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -247,13 +247,11 @@ def test_one_leader_and_a_fast_takeover(cluster: Cluster, namespace: str, tmp_pa
         procs = {str(p.proc.pid): p for p in (a, b) if p.proc is not None}
         leader = next(p for pid, p in procs.items() if f"_{pid}_" in holder)
         standby = next(p for p in (a, b) if p is not leader)
-        example = (repo_root() / "examples" / "a10g-chat.yaml").read_text()
-        assert cluster.apply(example, namespace).returncode == 0
+        assert cluster.apply(llamaservice("led", replicas=1), namespace).returncode == 0
         eventually(
-            "chat-a10g Ready",
+            "the LlamaService Ready",
             lambda: (
-                ((cluster.llamaservice("chat-a10g", namespace) or {}).get("status") or {}).get("phase")
-                == "Ready"
+                ((cluster.llamaservice("led", namespace) or {}).get("status") or {}).get("phase") == "Ready"
             ),
             90,
         )
@@ -271,8 +269,7 @@ def test_one_leader_and_a_fast_takeover(cluster: Cluster, namespace: str, tmp_pa
         print(f"\nleader SIGKILLed; the standby took over in {takeover:.1f}s")
         assert takeover <= 15.0
         # The new leader acts: a new LlamaService converges.
-        second = example.replace("name: chat-a10g", "name: after-takeover")
-        assert cluster.apply(second, namespace).returncode == 0
+        assert cluster.apply(llamaservice("after-takeover", replicas=1), namespace).returncode == 0
         eventually(
             "the new leader reconciles", lambda: cluster.get("deployment", "after-takeover", namespace), 60
         )
