@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import kopf
@@ -15,6 +16,18 @@ from llama_operator.infra.kube import Kube, load_kube_config
 from llama_operator.infra.prometheus import PrometheusSignals, SignalCache
 
 PREFIX = "llama-operator.dev"
+_ROUTINE = re.compile(r"^(Handler|Indexer|Timer) '[^']*' succeeded\.$")
+
+
+class RoutineAtDebug(logging.Filter):
+    """kopf logs every handler and indexer success at INFO: one line per watch event, hundreds a second
+    with many LlamaServices. Those are routine: shown at DEBUG (--verbose) only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and _ROUTINE.match(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger("kopf").isEnabledFor(logging.DEBUG)
+        return True
 
 
 @kopf.on.startup()
@@ -34,6 +47,9 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     settings.execution.max_workers = 8
     settings.posting.level = logging.INFO
 
+    objects_logger = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, RoutineAtDebug) for f in objects_logger.filters):
+        objects_logger.addFilter(RoutineAtDebug())
     load_kube_config()
     memo.settings = load_settings()
     memo.kube = Kube()
