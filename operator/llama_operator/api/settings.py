@@ -37,6 +37,14 @@ class Settings(BaseModel):
     pod_monitor: Literal["auto", "always", "never"] = "auto"
     startup_timeout_seconds: int = 1200
     termination_grace_seconds: int = 120
+    status_refresh_seconds: Annotated[
+        float,
+        Field(
+            description="The autoscaler writes observations (TTFT, queue, rates) into status at most this "
+            "often; decisions and condition changes are written at once.",
+            gt=0,
+        ),
+    ] = 60.0
     resync_seconds: Annotated[
         float, Field(description="Every LlamaService is reconciled at least this often.", gt=0)
     ] = 300.0

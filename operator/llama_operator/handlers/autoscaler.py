@@ -1,35 +1,34 @@
-"""The autoscaler: a timer per autoscaled LlamaService reads signals, asks the policy, scales the
-Deployment (the only writer of its replicas) and records the decision in status."""
+"""The autoscaler: ONE loop per operator, on the leader. Each cycle queries Prometheus once for every
+autoscaled LlamaService (a constant number of queries, whatever their count), asks the pure policy for
+each, and writes only what changed: the replica count when the decision moves it, the status when a
+decision, the policy's state or a condition changes (observations at a bounded rate)."""
 
 from __future__ import annotations
 
-import time
+import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
+from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.resource import InvalidSpecError, parse_spec
-from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals
-from llama_operator.handlers.indexes import OwnerKey, owned_deployment
-from llama_operator.infra.config import ConfigError, load_settings
+from llama_operator.handlers.indexes import owned_deployment
+from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.infra.execute import set_deployment_replicas
-from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state
+from llama_operator.infra.prometheus import PrometheusUnavailableError
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, status_write_due
 from llama_operator.reconcile.ownership import object_uid
 
-
-def _interval() -> float:
-    try:
-        return load_settings().autoscale_interval_seconds
-    except (ConfigError, OSError):
-        return 5.0  # start-up reports the configuration error itself
+log = logging.getLogger(__name__)
 
 
-def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
-    autoscaling = spec.get("autoscaling") or {}
+def autoscaled(spec: Any) -> bool:
+    autoscaling = (spec or {}).get("autoscaling") or {}
     return bool(autoscaling) and bool(autoscaling.get("enabled", True))
 
 
@@ -48,72 +47,113 @@ def service_view(body: dict[str, Any], deployment: dict[str, Any] | None) -> Ser
     )
 
 
-def _all_views(
-    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]],
-    deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
-) -> dict[ServiceKey, ServiceView]:
-    views: dict[ServiceKey, ServiceView] = {}
-    for key, store in llamaservice_index.items():
-        for body in store:
-            uid = (body.get("metadata") or {}).get("uid")
-            view = service_view(body, owned_deployment(deployment_index, key, uid))
-            if view is not None and _autoscaled(spec=kopf.Spec(kopf.Body(cast("kopf.RawBody", body)))):
-                views[key] = view
-    return views
+@dataclass
+class CycleReport:
+    services: int = 0
+    queries: int = 0
+    replica_writes: int = 0
+    status_writes: int = 0
+    events: int = 0
+    decisions: list[str] = field(default_factory=list)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=_interval(), when=_autoscaled)  # type: ignore[arg-type]  # index kwargs
-def autoscale(
-    *,
-    body: kopf.Body,
-    namespace: str | None,
-    name: str,
-    memo: kopf.Memo,
-    patch: kopf.Patch,
-    llamaservice_index: kopf.Index[OwnerKey, dict[str, Any]],
-    deployment_index: kopf.Index[OwnerKey, dict[str, Any]],
-    **_: Any,
-) -> None:
-    if not memo.controller.leading:
-        return  # a standby keeps its watches warm and decides nothing
+@dataclass
+class AutoscalerMemory:
+    """The policy's latest state per LlamaService (uid), between the bounded-rate status refreshes. Status
+    stays the durable copy: after a restart the policy resumes from it."""
+
+    states: dict[ServiceKey, tuple[str, AutoscalerState]] = field(default_factory=dict)
+
+    def state(self, key: ServiceKey, uid: str, status: Any) -> AutoscalerState:
+        cached = self.states.get(key)
+        return cached[1] if cached is not None and cached[0] == uid else autoscaler_state(status)
+
+
+def autoscale_cycle(
+    memo: kopf.Memo, indexes: Indexes, memory: AutoscalerMemory, *, now: float
+) -> CycleReport:
+    """One cycle for every autoscaled LlamaService (runs in a worker thread)."""
+    report = CycleReport()
+    services: list[tuple[ServiceKey, dict[str, Any], dict[str, Any], ServiceView]] = []
+    for key, store in list(indexes.llamaservices.items()):
+        for body in list(store):
+            if body["metadata"].get("deletionTimestamp") or not autoscaled(body.get("spec")):
+                continue
+            deployment = owned_deployment(indexes.deployments, key, body["metadata"].get("uid"))
+            view = service_view(body, deployment)
+            if deployment is not None and view is not None:
+                services.append((key, body, deployment, view))
+    live_keys = {key for key, *_ in services}
+    for gone in set(memory.states) - live_keys:
+        del memory.states[gone]
+    report.services = len(services)
+    if not services:
+        return report
+    source = memo.prometheus
+    error: str | None = None
+    sent = source.queries
     try:
-        spec = parse_spec(body.spec)
-    except InvalidSpecError:
-        return  # reconcile reports a bad spec
-    autoscaling = spec.autoscaling
-    deployment = owned_deployment(deployment_index, (str(namespace), name), body.metadata.uid)
-    view = service_view(dict(body), deployment)
-    if autoscaling is None or view is None:
-        return
-    signals, error = memo.signals.get(
-        (str(namespace), name), lambda: _all_views(llamaservice_index, deployment_index)
-    )
-    if signals is None:
-        signals = Signals.no_data(
+        views = {key: view for key, _, _, view in services}
+        signals = source.fetch(views, window_seconds=memo.settings.signal_window_seconds)
+    except PrometheusUnavailableError as err:
+        signals, error = {}, str(err)
+    report.queries = source.queries - sent
+    wall = datetime.fromtimestamp(now, UTC)
+    for key, body, deployment, view in services:
+        try:
+            spec = parse_spec(body["spec"])
+        except InvalidSpecError:
+            continue  # the reconciler reports a bad spec
+        if spec.autoscaling is None:
+            continue
+        uid = str(body["metadata"].get("uid"))
+        seen = signals.get(key) or Signals.no_data(
             ready_replicas=view.ready_replicas,
             starting_replicas=view.starting_replicas,
             current_replicas=view.current_replicas,
         )
-    state = autoscaler_state(body.status)
-    decision = decide(autoscaling, signals, state, time.time())
-    outcome = autoscale_outcome(
-        body.status,
-        decision,
-        signals,
-        slo_ttft_seconds=autoscaling.slo.ttft_seconds,
-        prometheus_error=error,
-        generation=body.metadata.get("generation"),
-        now=datetime.now(UTC),
-    )
-    if outcome.replicas is not None and deployment is not None:
-        set_deployment_replicas(
-            memo.kube,
-            namespace=str(namespace),
-            name=name,
-            uid=str(object_uid(deployment)),
-            replicas=outcome.replicas,
-            field_manager=memo.settings.autoscaler_field_manager,
+        decision = decide(spec.autoscaling, seen, memory.state(key, uid, body.get("status")), now)
+        memory.states[key] = (uid, decision.state)
+        status = body.get("status") or {}
+        outcome = autoscale_outcome(
+            status,
+            decision,
+            seen,
+            slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+            prometheus_error=error,
+            generation=body["metadata"].get("generation"),
+            now=wall,
         )
-    for event in outcome.events:
-        (kopf.warn if event.warning else kopf.info)(body, reason=event.reason, message=event.message)
-    patch.status.update(outcome.status_patch)
+        namespace, name = key
+        if outcome.replicas is not None:
+            set_deployment_replicas(
+                memo.kube,
+                namespace=namespace,
+                name=name,
+                uid=str(object_uid(deployment)),
+                replicas=outcome.replicas,
+                field_manager=memo.settings.autoscaler_field_manager,
+            )
+            report.replica_writes += 1
+            message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
+            report.decisions.append(message)
+            log.info("autoscaler: %s", message)
+        if status_write_due(
+            status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
+        ):
+            memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=outcome.status_patch)
+            report.status_writes += 1
+        for event in outcome.events:
+            memo.kube.post_event(
+                body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
+            )
+            log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
+            report.events += 1
+    log.debug(
+        "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes",
+        report.services,
+        report.queries,
+        report.replica_writes,
+        report.status_writes,
+    )
+    return report

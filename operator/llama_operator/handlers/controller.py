@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.handlers.autoscaler import AutoscalerMemory, CycleReport, autoscale_cycle
 from llama_operator.handlers.indexes import node_facts
 from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
 from llama_operator.infra.leader import LeaderElection
@@ -45,6 +47,10 @@ class Controller:
         self.tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
         self.writes = 0
+        # The autoscaler has a thread of its own: a backlog of reconciles never delays a scaling decision.
+        self.autoscaler_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autoscaler")
+        self.autoscaler_memory = AutoscalerMemory()
+        self.last_cycle: CycleReport | None = None
 
     @property
     def leading(self) -> bool:
@@ -97,6 +103,24 @@ class Controller:
             await asyncio.sleep(self.resync_seconds)
             await self.enqueue_all()
 
+    async def _autoscale(self) -> None:
+        """One autoscaler loop for every LlamaService, on the leader only."""
+        loop = asyncio.get_running_loop()
+        interval = float(self.memo.settings.autoscale_interval_seconds)
+        while True:
+            await self._wait_leading()
+            started = loop.time()
+            try:
+                self.last_cycle = await loop.run_in_executor(
+                    self.autoscaler_pool,
+                    functools.partial(
+                        autoscale_cycle, self.memo, self.indexes, self.autoscaler_memory, now=time.time()
+                    ),
+                )
+            except Exception:
+                log.exception("autoscaler cycle failed; next cycle in %.0fs", interval)
+            await asyncio.sleep(max(0.0, started + interval - loop.time()))
+
     async def _on_leadership(self) -> None:
         """Whenever this instance becomes the leader, look at everything: the last leader may have left
         work half done."""
@@ -110,6 +134,7 @@ class Controller:
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
         self.tasks.append(asyncio.create_task(self._resync()))
+        self.tasks.append(asyncio.create_task(self._autoscale()))
         if self.leader is not None:
             self.tasks.append(asyncio.create_task(self.leader.run()))
             self.tasks.append(asyncio.create_task(self._on_leadership()))
@@ -123,6 +148,7 @@ class Controller:
         if self.leader is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.leader.release)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.autoscaler_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:

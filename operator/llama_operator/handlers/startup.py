@@ -13,7 +13,7 @@ from llama_operator.handlers.controller import Controller, start_controller
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
-from llama_operator.infra.prometheus import PrometheusSignals, SignalCache
+from llama_operator.infra.prometheus import PrometheusSignals
 
 PREFIX = "llama-operator.dev"
 _ROUTINE = re.compile(r"^(Handler|Indexer|Timer) '[^']*' succeeded\.$")
@@ -57,13 +57,9 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     memo.pod_monitor = mode == "always" or (
         mode == "auto" and memo.kube.has_kind("monitoring.coreos.com/v1", "PodMonitor")
     )
-    memo.signals = SignalCache(
-        PrometheusSignals(
-            memo.settings.prometheus_url,
-            SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
-        ),
-        max_age_seconds=memo.settings.autoscale_interval_seconds / 2,
-        window_seconds=memo.settings.signal_window_seconds,
+    memo.prometheus = PrometheusSignals(
+        memo.settings.prometheus_url,
+        SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
     )
     logger.info("settings: %s; PodMonitor: %s", memo.settings.model_dump(), memo.pod_monitor)
 

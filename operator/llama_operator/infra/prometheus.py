@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
+import requests
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from llama_operator.autoscale.promql import (
     Sample,
@@ -30,6 +29,10 @@ class PrometheusUnavailableError(RuntimeError):
     pass
 
 
+class PrometheusUnreachableError(PrometheusUnavailableError):
+    """No connection at all (refused, reset, timed out), as against one query the server refused."""
+
+
 def _samples(raw: list[dict[str, Any]]) -> list[Sample]:
     # prometheus-api-client returns values as strings: ("1700000000.1", "0.25").
     return [(item.get("metric", {}), float(item["value"][1])) for item in raw]
@@ -40,12 +43,23 @@ class PrometheusSignals:
 
     def __init__(self, url: str, labels: SignalLabels, *, timeout_seconds: float = 5.0) -> None:
         self.labels = labels
-        self._client = PrometheusConnect(url=url, disable_ssl=True)
+        # One quick retry at most: the autoscaler's cycle is seconds long, and an unreachable Prometheus
+        # must read as "no data" within one cycle, not after urllib3's backoff on every query.
+        self._client = PrometheusConnect(
+            url=url,
+            disable_ssl=True,
+            retry=Retry(total=1, backoff_factor=0.1),
+            timeout=int(timeout_seconds) + 1,
+        )
         self._timeout = timeout_seconds
+        self.queries = 0  # queries sent so far (the autoscaler reports them per cycle)
 
     def query(self, promql: str) -> list[Sample]:
+        self.queries += 1
         try:
             raw = self._client.custom_query(promql, params={"timeout": f"{self._timeout:g}s"})
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as err:
+            raise PrometheusUnreachableError(f"{type(err).__name__}: {err}") from err
         except Exception as err:  # the client raises requests' and its own errors alike
             raise PrometheusUnavailableError(f"{type(err).__name__}: {err}") from err
         return _samples(raw)
@@ -61,40 +75,8 @@ class PrometheusSignals:
         ).items():
             try:
                 results[name] = self.query(promql)
+            except PrometheusUnreachableError:
+                raise  # no point asking the other queries of this cycle
             except PrometheusUnavailableError as err:
                 log.warning("signal %s unavailable: %s", name, err)
         return assemble_signals(results, services, self.labels, window_seconds=window_seconds)
-
-
-@dataclass
-class SignalCache:
-    """Shares one cycle's queries among the per-LlamaService timers: the first timer of a cycle queries
-    for all services, the others reuse its result."""
-
-    source: PrometheusSignals
-    max_age_seconds: float
-    window_seconds: float
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _fetched_at: float = -1.0
-    _signals: dict[ServiceKey, Signals] = field(default_factory=dict)
-    _error: str | None = None
-    _asked_for: frozenset[ServiceKey] = frozenset()
-
-    def get(
-        self, key: ServiceKey, services: Callable[[], Mapping[ServiceKey, ServiceView]]
-    ) -> tuple[Signals | None, str | None]:
-        """(signals, None), or (None, why) when Prometheus could not be asked. `services` lists every
-        autoscaled service; it is called only when the cycle's queries are due, so a timer that reuses
-        them does no work per other service."""
-        with self._lock:
-            now = time.monotonic()
-            if now - self._fetched_at > self.max_age_seconds or key not in self._asked_for:
-                views = services()
-                self._asked_for = frozenset(views)
-                try:
-                    self._signals = self.source.fetch(views, window_seconds=self.window_seconds)
-                    self._error = None
-                except PrometheusUnavailableError as err:
-                    self._signals, self._error = {}, str(err)
-                self._fetched_at = now
-            return self._signals.get(key), self._error

@@ -160,3 +160,62 @@ def autoscale_outcome(
         status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions]},
         events=events,
     )
+
+
+# What in the autoscaler's status is a decision or a transition (written as soon as it changes), as
+# against observations and the stabilization history, which change every cycle under load and are
+# refreshed at a bounded rate (and kept in memory between refreshes).
+_OBSERVATIONS = frozenset(
+    {
+        "observedTtftSeconds",
+        "observedQueueDepth",
+        "observedQueuePerReplica",
+        "observedRequestRate",
+        "lastReason",
+        "lastEvaluationTime",
+    }
+)
+
+
+def _decisions(status: Mapping[str, Any] | None) -> Any:
+    status = status or {}
+    autoscaling = dict(status.get("autoscaling") or {})
+    state = dict(autoscaling.get("state") or {})
+    state.pop("recommendations", None)
+    core = {k: v for k, v in autoscaling.items() if k not in _OBSERVATIONS and k != "state"}
+    conditions = sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+        for c in status.get("conditions") or []
+    )
+    return core, state, conditions
+
+
+def _observations(status: Mapping[str, Any] | None) -> Any:
+    autoscaling = (status or {}).get("autoscaling") or {}
+    observed = {k: autoscaling.get(k) for k in _OBSERVATIONS if k != "lastEvaluationTime"}
+    recommendations = (autoscaling.get("state") or {}).get("recommendations")
+    messages = sorted(
+        (str(c.get("type")), str(c.get("message"))) for c in (status or {}).get("conditions") or []
+    )
+    return observed, recommendations, messages
+
+
+def status_write_due(
+    current: Mapping[str, Any] | None, patch: Mapping[str, Any], *, now: datetime, refresh_seconds: float
+) -> bool:
+    """Write the autoscaler's status patch? At once when a decision, the policy's state or a condition's
+    status or reason changes; when only observations changed, at most every `refresh_seconds`; never when
+    nothing changed (1,000 idle services cost no writes)."""
+    merged = {**(current or {}), **patch}
+    if _decisions(merged) != _decisions(current):
+        return True
+    if _observations(merged) == _observations(current):
+        return False
+    last = ((current or {}).get("autoscaling") or {}).get("lastEvaluationTime")
+    if not last:
+        return True
+    try:
+        last_time = datetime.fromisoformat(str(last).replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return (now - last_time).total_seconds() >= refresh_seconds
