@@ -8,7 +8,7 @@ from typing import Any
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
-from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, status_write_due
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=4)
@@ -85,3 +85,39 @@ def test_scale_up_records_decision_and_event() -> None:
     assert auto["observedQueuePerReplica"] == 20
     assert conditions(out.status_patch)["SLOMet"]["status"] == "False"
     assert any(e.reason == "Scaled" for e in out.events)
+
+
+def _status(
+    *, ttft: float | None, reason: str = "ValidMetrics", when: str = "2026-12-02T12:00:00Z"
+) -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "ScalingActive", "status": "True", "reason": reason, "message": f"ttft {ttft}"}
+        ],
+        "autoscaling": {
+            "desiredReplicas": 2,
+            "observedTtftSeconds": ttft,
+            "lastEvaluationTime": when,
+            "state": {"recommendations": [{"time": 1.0, "replicas": 2}], "noDataSince": None},
+        },
+    }
+
+
+def test_status_writes_only_on_change_and_observations_at_a_bounded_rate() -> None:
+    base = datetime(2026, 12, 2, 12, 0, 10, tzinfo=UTC)
+    current = _status(ttft=0.4)
+    same = _status(ttft=0.4, when="2026-12-02T12:00:10Z")
+    assert not status_write_due(current, same, now=base, refresh_seconds=60)  # only the clock moved
+    moved = _status(ttft=0.45, when="2026-12-02T12:00:10Z")
+    assert not status_write_due(current, moved, now=base, refresh_seconds=60)  # an observation, 10 s later
+    later = base.replace(minute=1, second=5)
+    assert status_write_due(current, moved, now=later, refresh_seconds=60)  # ... refreshed after 60 s
+    transition = _status(ttft=0.4, reason="NoMetrics")
+    assert status_write_due(current, transition, now=base, refresh_seconds=60)  # a condition changed
+    decided = _status(ttft=0.4)
+    decided["autoscaling"]["desiredReplicas"] = 3
+    assert status_write_due(current, decided, now=base, refresh_seconds=60)  # a decision
+    state = _status(ttft=0.4)
+    state["autoscaling"]["state"]["noDataSince"] = 5.0
+    assert status_write_due(current, state, now=base, refresh_seconds=60)  # the policy's memory
+    assert status_write_due(None, same, now=base, refresh_seconds=60)  # first evaluation
