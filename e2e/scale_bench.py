@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import os
 import re
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -73,16 +75,61 @@ def operator_writes(
     return dict(sorted(out.items()))
 
 
-def manifest(name: str) -> dict[str, Any]:
+def manifest(name: str, *, autoscaled: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+        "accelerator": {"type": "a10g"},
+    }
+    if autoscaled:  # one replica each (pending: the cluster has 2 A10Gs), no load yet: no metrics
+        spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+    else:
+        spec["replicas"] = 0
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "LlamaService",
         "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
-            "accelerator": {"type": "a10g"},
-            "replicas": 0,
-        },
+        "spec": spec,
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def prometheus_queries(url: str) -> int:
+    """Instant queries Prometheus has answered (its own counter)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    total = 0
+    for line in text.splitlines():
+        if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def at_rest(
+    api: client.ApiClient, pid: int, prometheus_url: str, seconds: float, interval: float
+) -> dict[str, Any]:
+    """The operator with N autoscaled services and no load: CPU share, queries and writes per cycle."""
+    writes_before, queries_before, cpu_before = (
+        request_counts(api),
+        prometheus_queries(prometheus_url),
+        cpu_seconds(pid),
+    )
+    start = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - start
+    cycles = elapsed / interval
+    writes = operator_writes(writes_before, request_counts(api))
+    return {
+        "seconds": round(elapsed, 1),
+        "cpu_share_of_a_core": round((cpu_seconds(pid) - cpu_before) / elapsed, 3),
+        "prometheus_queries_per_cycle": round(
+            (prometheus_queries(prometheus_url) - queries_before) / cycles, 2
+        ),
+        "writes_per_cycle": round(sum(writes.values()) / cycles, 2),
+        "writes": writes,
     }
 
 
@@ -137,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", type=int, default=1000)
     parser.add_argument("--out", default="bench-out/scale")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument(
+        "--autoscaled", action="store_true", help="autoscaled services; then measure the operator at rest"
+    )
+    parser.add_argument("--rest-seconds", type=float, default=60)
     args = parser.parse_args(argv)
     loaded = cluster_info.load()
     if loaded is None:
@@ -157,8 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     namespace = f"scale-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", namespace)
     names = {f"svc-{i:04d}" for i in range(args.services)}
+    interval = 5.0  # the chart's default autoscaler interval
     operator = OperatorProcess(
-        cluster, log_dir=out, extra_env={"LLAMA_OPERATOR_LEADER_ELECTION_LEASE": f"bench-{namespace}"}
+        cluster,
+        log_dir=out,
+        extra_env={
+            "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": f"bench-{namespace}",
+            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(interval),
+        },
+        quiet=True,
     )
     operator.start()
     assert operator.proc is not None
@@ -172,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         list(
             pool.map(
                 lambda n: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, manifest(n)
+                    GROUP, VERSION, namespace, PLURAL, manifest(n, autoscaled=args.autoscaled)
                 ),
                 sorted(names),
             )
@@ -196,14 +254,27 @@ def main(argv: list[str] | None = None) -> int:
     writes = operator_writes(before, after_converge)
     rss_peak, rss_after = rss_kib(pid, "VmHWM"), rss_kib(pid, "VmRSS")
 
+    rest: dict[str, Any] | None = None
+    if args.autoscaled:
+        print(
+            f"==> {args.services} autoscaled services at rest (no metrics) for {args.rest_seconds:.0f}s",
+            flush=True,
+        )
+        rest = at_rest(api, pid, loaded.prometheus_url, args.rest_seconds, interval)
+        print(f"    {json.dumps(rest)}", flush=True)
+        rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
     print("==> a resync with nothing changed (operator restarted: every key is reconciled again)", flush=True)
     operator.restart()
     time.sleep(max(30.0, args.services * 0.05))
     resync_writes = operator_writes(after_converge, request_counts(api))
+    print(f"    writes: {json.dumps(resync_writes)}", flush=True)
 
     print("==> deleting them all", flush=True)
     start_delete = time.monotonic()
-    cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=900s")
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    core = client.CoreV1Api(api)
+    while any(ns.metadata.name == namespace for ns in core.list_namespace().items):
+        time.sleep(2)
     deleted = time.monotonic() - start_delete
     operator.stop()
 
@@ -220,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         "writes_per_service": round(total_writes / max(1, args.services), 2),
         "resync_writes": resync_writes,
         "delete_and_gc_seconds": round(deleted, 1),
+        "autoscaled": args.autoscaled,
+        "at_rest": rest,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     table = [
@@ -234,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         f"| writes in a resync with nothing changed | {sum(resync_writes.values())} |",
         f"| delete namespace + garbage collection | {deleted:.1f} s |",
     ]
+    if rest is not None:
+        table += [
+            f"| at rest ({rest['seconds']:.0f} s, no metrics): operator CPU | {100 * rest['cpu_share_of_a_core']:.1f} % of a core |",
+            f"| at rest: Prometheus queries per autoscaler cycle | {rest['prometheus_queries_per_cycle']} |",
+            f"| at rest: API writes per cycle | {rest['writes_per_cycle']} |",
+        ]
     (out / "table.md").write_text("\n".join(table) + "\n")
     plot(timeline, args.services, out / "convergence.png")
     print("\n".join(table))

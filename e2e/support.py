@@ -118,6 +118,7 @@ class OperatorProcess:
     kubeconfig: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
+    quiet: bool = False  # INFO logs as in production, not --verbose (benchmarks)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -142,7 +143,7 @@ class OperatorProcess:
             "llama_operator",
             "run",
             "--standalone",
-            "--verbose",
+            *([] if self.quiet else ["--verbose"]),
             f"--liveness=http://127.0.0.1:{port}/healthz",
             *self.extra_args,
         ]
