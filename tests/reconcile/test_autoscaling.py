@@ -121,3 +121,8 @@ def test_status_writes_only_on_change_and_observations_at_a_bounded_rate() -> No
     state["autoscaling"]["state"]["noDataSince"] = 5.0
     assert status_write_due(current, state, now=base, refresh_seconds=60)  # the policy's memory
     assert status_write_due(None, same, now=base, refresh_seconds=60)  # first evaluation
+    # Idle with no metrics: only the reason's clock moves ("no metrics for 35s"): never a write.
+    idle = _status(ttft=None)
+    idle_later = _status(ttft=None, when="2026-12-02T12:05:00Z")
+    idle_later["autoscaling"]["lastReason"] = "no metrics for 300s: holding 1 replicas"
+    assert not status_write_due(idle, idle_later, now=base.replace(minute=5), refresh_seconds=60)
