@@ -123,6 +123,8 @@ def reconcile_llamaservice(
             own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
             live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
         )
+        if report.namespace_terminating:
+            return result
         deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
         result.writes = report.writes + _keep_replicas_in_bounds(body, memo, deployment)
         status = report_execution(before, status, report, now=now, generation=meta.get("generation"))

@@ -138,6 +138,10 @@ def execute(
             if not executor.converge(manifest):
                 report.conflicts.append(ref)
         except ApiException as err:
+            if err.status == 403 and "being terminated" in api_message(err):
+                # The namespace is going: its LlamaServices go with it. Nothing to create or report.
+                report.namespace_terminating = True
+                return report
             if not is_permanent_refusal(err.status):
                 raise
             report.rejections.append(Rejection(ref, int(err.status), api_message(err)))

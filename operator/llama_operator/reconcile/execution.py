@@ -58,6 +58,7 @@ class ExecutionReport:
     rejections: list[Rejection] = field(default_factory=list)
     repaired: list[ObjectRef] = field(default_factory=list)  # objects whose hand-added fields were removed
     writes: int = 0  # API writes made (creates, applies, replaces, deletes)
+    namespace_terminating: bool = False  # the namespace is being deleted: stop, report nothing
 
     @property
     def clean(self) -> bool:
