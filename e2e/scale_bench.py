@@ -30,6 +30,8 @@ from typing import Any
 
 from kubernetes import client, config
 
+from fleet import FleetProcess
+from llama_operator.fleetsim.load import LoadSpec
 from localcluster import info as cluster_info
 from support import Cluster, OperatorProcess
 
@@ -80,8 +82,9 @@ def manifest(name: str, *, autoscaled: bool) -> dict[str, Any]:
         "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
         "accelerator": {"type": "a10g"},
     }
-    if autoscaled:  # one replica each (pending: the cluster has 2 A10Gs), no load yet: no metrics
+    if autoscaled:  # one replica each, pending (the cluster has no L4): no metrics, ever
         spec["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+        spec["accelerator"] = {"type": "l4"}
     else:
         spec["replicas"] = 0
     return {
@@ -106,6 +109,55 @@ def prometheus_queries(url: str) -> int:
         if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line:
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+PROBE = {
+    "apiVersion": f"{GROUP}/{VERSION}",
+    "kind": "LlamaService",
+    "metadata": {"name": "probe"},
+    "spec": {
+        "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+        "accelerator": {"type": "a100-80gb", "mig": "1g.10gb"},
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "slo": {"ttftSeconds": 0.5}},
+    },
+}
+
+
+def decision_latency(api: client.ApiClient, info: Any, namespace: str, out: Path) -> dict[str, Any]:
+    """One more autoscaled LlamaService, its pod served by the fleet simulator: the seconds from a load
+    step to the replica patch, while the loop also decides for the N idle ones."""
+    fleet = FleetProcess(info, log_dir=out)
+    fleet.start()
+    custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+    try:
+        fleet.client.set_load(
+            namespace, "probe", LoadSpec(rate=1.0, prompt_tokens=1000, output_tokens=32, seed=11)
+        )
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, PROBE)
+
+        def observed() -> bool:
+            status = (
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "probe").get("status")
+                or {}
+            )
+            return (status.get("autoscaling") or {}).get("observedTtftSeconds") is not None
+
+        deadline = time.monotonic() + 180
+        while not observed():
+            if time.monotonic() > deadline:
+                return {"error": "the probe's signals never arrived"}
+            time.sleep(1)
+        step = time.monotonic()
+        fleet.client.set_load(
+            namespace, "probe", LoadSpec(rate=20.0, prompt_tokens=1000, output_tokens=32, seed=12)
+        )
+        while time.monotonic() - step < 120:
+            if (apps.read_namespaced_deployment("probe", namespace).spec.replicas or 0) > 1:
+                return {"seconds_from_load_step_to_replica_patch": round(time.monotonic() - step, 1)}
+            time.sleep(0.5)
+        return {"error": "no scale-up within 120 s"}
+    finally:
+        fleet.stop()
 
 
 def at_rest(
@@ -188,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         "--autoscaled", action="store_true", help="autoscaled services; then measure the operator at rest"
     )
     parser.add_argument("--rest-seconds", type=float, default=60)
+    parser.add_argument(
+        "--profile-memory",
+        action="store_true",
+        help="trace the operator's allocations (tracemalloc; slows it): memory-<pid>.txt in --out",
+    )
     args = parser.parse_args(argv)
     loaded = cluster_info.load()
     if loaded is None:
@@ -215,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
         extra_env={
             "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": f"bench-{namespace}",
             "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(interval),
+            **(
+                {"LLAMA_OPERATOR_TRACEMALLOC_FILE": str(out.resolve() / "memory-{pid}.txt")}
+                if args.profile_memory
+                else {}
+            ),
         },
         quiet=True,
     )
@@ -262,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         rest = at_rest(api, pid, loaded.prometheus_url, args.rest_seconds, interval)
         print(f"    {json.dumps(rest)}", flush=True)
+        print(
+            "==> decision latency: a load step on one more service, the fleet simulator serving it",
+            flush=True,
+        )
+        rest["decision_latency"] = decision_latency(api, loaded, namespace, out)
+        print(f"    {json.dumps(rest['decision_latency'])}", flush=True)
         rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
     print("==> a resync with nothing changed (operator restarted: every key is reconciled again)", flush=True)
     operator.restart()
@@ -312,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| at rest ({rest['seconds']:.0f} s, no metrics): operator CPU | {100 * rest['cpu_share_of_a_core']:.1f} % of a core |",
             f"| at rest: Prometheus queries per autoscaler cycle | {rest['prometheus_queries_per_cycle']} |",
             f"| at rest: API writes per cycle | {rest['writes_per_cycle']} |",
+            f"| decision latency (load step to replica patch, 5 s cycle) | {rest['decision_latency']} |",
         ]
     (out / "table.md").write_text("\n".join(table) + "\n")
     plot(timeline, args.services, out / "convergence.png")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -16,6 +19,7 @@ from llama_operator.infra.kube import Kube, load_kube_config
 from llama_operator.infra.prometheus import PrometheusSignals
 
 PREFIX = "llama-operator.dev"
+TRACEMALLOC_ENV = "LLAMA_OPERATOR_TRACEMALLOC_FILE"  # a path; "{pid}" in it is replaced
 _ROUTINE = re.compile(r"^(Handler|Indexer|Timer) '[^']*' succeeded\.$")
 
 
@@ -47,6 +51,8 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     settings.execution.max_workers = 8
     settings.posting.level = logging.INFO
 
+    if os.environ.get(TRACEMALLOC_ENV):
+        tracemalloc.start(8)  # where memory goes, for the scale benchmark (costs CPU: off by default)
     objects_logger = logging.getLogger("kopf.objects")
     if not any(isinstance(f, RoutineAtDebug) for f in objects_logger.filters):
         objects_logger.addFilter(RoutineAtDebug())
@@ -92,3 +98,25 @@ async def stop_controller(*, memo: kopf.Memo, **_: Any) -> None:
     controller: Controller | None = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()
+    path = os.environ.get(TRACEMALLOC_ENV)
+    if path and tracemalloc.is_tracing():
+        write_memory_profile(Path(path.replace("{pid}", str(os.getpid()))))
+
+
+def write_memory_profile(path: Path, top: int = 30) -> None:
+    """The largest live allocations by source line, as tracemalloc sees them now."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+        ]
+    )
+    stats = snapshot.statistics("lineno")
+    total = sum(stat.size for stat in stats)
+    lines = [
+        f"traced Python memory: {total / 2**20:.1f} MiB in {len(stats)} source lines; the largest {top}:"
+    ]
+    lines += [
+        f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} blocks  {stat.traceback}" for stat in stats[:top]
+    ]
+    path.write_text("\n".join(lines) + "\n")
