@@ -45,8 +45,9 @@ OPERATOR_RESOURCES = {
     ("poddisruptionbudgets", ""),
     ("podmonitors", ""),
     ("llamaservices", "status"),
-    ("events", ""),
 }
+# Events are left out: the scheduler posts and patches them for pending pods, and the counters cannot
+# tell whose they are (the operator posts one per problem or decision).
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
@@ -332,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {json.dumps(rest['decision_latency'])}", flush=True)
         rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
     print("==> a resync with nothing changed (operator restarted: every key is reconciled again)", flush=True)
+    before_resync = request_counts(api)
     operator.restart()
     time.sleep(max(30.0, args.services * 0.05))
-    resync_writes = operator_writes(after_converge, request_counts(api))
+    resync_writes = operator_writes(before_resync, request_counts(api))
     print(f"    writes: {json.dumps(resync_writes)}", flush=True)
 
     print("==> deleting them all", flush=True)
