@@ -62,4 +62,4 @@ bench: setup
 # service, delete/GC time. A benchmark (figures, no assertions), not a CI step.
 SERVICES ?= 1000
 scale-bench: setup cluster-up
-	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale
+	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale $(ARGS)
