@@ -8,7 +8,12 @@ from typing import Any
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
-from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, status_write_due
+from llama_operator.reconcile.autoscaling import (
+    autoscale_outcome,
+    autoscaler_state,
+    condition_transitions,
+    status_write_due,
+)
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=4)
@@ -126,3 +131,12 @@ def test_status_writes_only_on_change_and_observations_at_a_bounded_rate() -> No
     idle_later = _status(ttft=None, when="2026-12-02T12:05:00Z")
     idle_later["autoscaling"]["lastReason"] = "no metrics for 300s: holding 1 replicas"
     assert not status_write_due(idle, idle_later, now=base.replace(minute=5), refresh_seconds=60)
+
+
+def test_condition_transitions_name_the_move_and_the_reason() -> None:
+    before = _status(ttft=0.4)
+    after = _status(ttft=None, reason="NoMetrics")
+    after["conditions"][0]["status"] = "False"
+    assert condition_transitions(before, after) == ["ScalingActive True -> False (NoMetrics): ttft None"]
+    assert condition_transitions(before, before) == []
+    assert condition_transitions(None, before) == ["ScalingActive unset -> True (ValidMetrics): ttft 0.4"]

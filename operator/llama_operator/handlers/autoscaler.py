@@ -21,7 +21,12 @@ from llama_operator.handlers.indexes import owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.infra.prometheus import PrometheusUnavailableError
-from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, status_write_due
+from llama_operator.reconcile.autoscaling import (
+    autoscale_outcome,
+    autoscaler_state,
+    condition_transitions,
+    status_write_due,
+)
 from llama_operator.reconcile.ownership import object_uid
 
 log = logging.getLogger(__name__)
@@ -138,6 +143,8 @@ def autoscale_cycle(
             message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
             report.decisions.append(message)
             log.info("autoscaler: %s", message)
+        for moved in condition_transitions(status, outcome.status_patch):
+            log.info("autoscaler: %s/%s %s", namespace, name, moved)
         if status_write_due(
             status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
         ):

@@ -217,3 +217,18 @@ def status_write_due(
     except ValueError:
         return True
     return (now - last_time).total_seconds() >= refresh_seconds
+
+
+def condition_transitions(current: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> list[str]:
+    """'SLOMet False -> True (WithinSLO): TTFT 0.41s <= 0.5s' for each condition whose status moves."""
+    before = {c.get("type"): c for c in (current or {}).get("conditions") or []}
+    out = []
+    for cond in patch.get("conditions") or []:
+        old = before.get(cond.get("type"))
+        old_status = old.get("status") if old else None
+        if old_status != cond.get("status"):
+            out.append(
+                f"{cond.get('type')} {old_status or 'unset'} -> {cond.get('status')} "
+                f"({cond.get('reason')}): {cond.get('message')}"
+            )
+    return out
