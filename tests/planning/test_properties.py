@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llama_operator.api.plan import Plan
-from llama_operator.api.spec import AcceleratorType
+from llama_operator.api.spec import AcceleratorType, Quantization
 from llama_operator.catalog.accelerators import ACCELERATORS, MIB
 from llama_operator.catalog.models import ModelShape
 from llama_operator.planning import PlanningConfig, PlanningError
@@ -40,7 +40,7 @@ gpu_options = st.sampled_from(
 engines = st.fixed_dictionaries(
     {
         "dtype": st.sampled_from(["auto", "half", "float32"]),
-        "quantization": st.sampled_from(["none", "awq", "gptq", "bitsandbytes", "fp8"]),
+        "quantization": st.sampled_from([q.value for q in Quantization]),
         "gpuMemoryUtilization": st.one_of(st.just("auto"), st.floats(0.5, 0.98)),
     },
     optional={"maxModelLen": st.integers(128, 200_000)},

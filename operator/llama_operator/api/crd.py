@@ -50,9 +50,10 @@ def _mig_rule() -> dict[str, str]:
     }
 
 
-# A flag whose name has a segment that says it carries a secret (--hf-token, --api-key, --foo.secret=...).
+# A flag whose name ends in a word that says it carries a secret (--hf-token, --api-key, --x.secret=...);
+# --long-prefill-token-threshold says "token" but carries none.
 # Refused at admission so that the value is never stored (kopf's annotations copy the spec).
-SECRET_FLAG_CEL = r"^--?([A-Za-z0-9]+[-_.])*(?i:token|key|secret|password|apikey|passwd)([-_.=]|$)"
+SECRET_FLAG_CEL = r"^--?([A-Za-z0-9]+[-_.])*(?i:token|key|secret|password|apikey|passwd)(=.*)?$"
 
 ROOT_RULES: list[dict[str, str]] = [
     {
@@ -101,7 +102,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         },
         {
             "rule": f"self.all(a, !a.matches('{SECRET_FLAG_CEL}'))",
-            "message": "extraArgs must not carry secrets (a flag whose name says token, key, secret or password): "
+            "message": "extraArgs must not carry secrets (a flag whose name ends in token, key, secret or password): "
             "use spec.model.tokenSecretRef for the Hugging Face token and spec.engine.apiKeySecretRef for the "
             "API key; they reach vLLM from a Secret",
         },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -48,11 +49,28 @@ class InvalidSpecError(ValueError):
     """A manifest that does not match the contract; the message names each bad field."""
 
 
+# A key that is not a plain name (a line break, a space, a quote, ...) is shown quoted, so that an error
+# about it stays on one line and says exactly which key.
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-/]+$")
+# Values echoed in messages are cut to this many characters: a message is one line a person reads.
+SHOWN_VALUE_LENGTH = 80
+
+
+def shown(value: object) -> str:
+    """A value as an error message shows it: its repr, one line, cut short when long."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_LENGTH:
+        return text
+    return f"{text[: SHOWN_VALUE_LENGTH - 20]}... ({len(text)} characters)"
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif not _PLAIN_KEY.match(part):
+            path += f"[{shown(part)}]"
         elif part.startswith(("function-after", "function-before")) or part in {
             "int",
             "float",
@@ -75,31 +93,45 @@ def describe_validation_error(err: ValidationError, prefix: str) -> str:
     return "; ".join(dict.fromkeys(lines))
 
 
-def parse_spec(spec: Mapping[str, Any]) -> LlamaServiceSpec:
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidSpecError(f"{where}: expected a mapping, got {_type_name(value)}")
+    return value
+
+
+def _type_name(value: object) -> str:
+    # YAML words, since users write YAML: a list, a string, a number, ...
+    names = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def parse_spec(spec: object) -> LlamaServiceSpec:
     """Validate a spec as the API server stored it; raise InvalidSpecError naming each bad field."""
     try:
-        return LlamaServiceSpec.model_validate(dict(spec))
+        return LlamaServiceSpec.model_validate(dict(_mapping(spec, "spec")))
     except ValidationError as err:
         raise InvalidSpecError(describe_validation_error(err, "spec")) from None
 
 
-def parse_metadata(meta: Mapping[str, Any]) -> ObjectMeta:
+def parse_metadata(meta: object) -> ObjectMeta:
     """Validate the metadata the operator derives names from; raise InvalidSpecError naming the field."""
+    meta = _mapping(meta, "metadata")
     try:
         return ObjectMeta.model_validate(dict(meta))
     except ValidationError as err:
         if any(e["loc"][:1] == ("name",) for e in err.errors()):
-            raise InvalidSpecError(f"{NAME_RULE_MESSAGE}; got {meta.get('name')!r}") from None
+            raise InvalidSpecError(f"{NAME_RULE_MESSAGE}; got {shown(meta.get('name'))}") from None
         raise InvalidSpecError(describe_validation_error(err, "metadata")) from None
 
 
-def parse_llamaservice(obj: Mapping[str, Any]) -> LlamaService:
+def parse_llamaservice(obj: object) -> LlamaService:
     """Validate a whole manifest (e.g. from `plan -f`)."""
+    obj = _mapping(obj, "the document")
     if obj.get("kind") != KIND:
-        raise InvalidSpecError(f"kind: expected {KIND}, got {obj.get('kind')!r}")
+        raise InvalidSpecError(f"kind: expected {KIND}, got {shown(obj.get('kind'))}")
     if obj.get("apiVersion") != API_VERSION:
-        raise InvalidSpecError(f"apiVersion: expected {API_VERSION}, got {obj.get('apiVersion')!r}")
-    meta = obj.get("metadata") or {}
+        raise InvalidSpecError(f"apiVersion: expected {API_VERSION}, got {shown(obj.get('apiVersion'))}")
+    meta = _mapping(obj.get("metadata") or {}, "metadata")
     if not meta.get("name"):
         raise InvalidSpecError("metadata.name: required")
     spec = parse_spec(obj.get("spec") or {})

@@ -50,11 +50,12 @@ class DType(StrEnum):
 
 
 class Quantization(StrEnum):
+    # No bitsandbytes: the pinned vLLM (0.32) no longer has that method ("Unknown quantization method"),
+    # so a pod would crash-loop; every value here is checked against the real parser in CI.
     NONE = "none"
     AWQ = "awq"
     GPTQ = "gptq"
     FP8 = "fp8"
-    BITSANDBYTES = "bitsandbytes"
 
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -230,7 +231,11 @@ class EngineSpec(WireModel):
         ),
     ] = DType.AUTO
     quantization: Annotated[
-        Quantization, Field(description="Weight quantization of the checkpoint, or fp8 on-the-fly.")
+        Quantization,
+        Field(
+            description="Weight quantization of the checkpoint (awq, gptq), or fp8 on-the-fly. (bitsandbytes is "
+            "not offered: the pinned vLLM has no such method.)"
+        ),
     ] = Quantization.NONE
     max_model_len: Annotated[
         int | None,
@@ -257,6 +262,13 @@ class EngineSpec(WireModel):
         ),
     ] = None
     prefix_caching: Annotated[bool, Field(description="Enable automatic prefix caching.")] = True
+    api_key_secret_ref: Annotated[
+        SecretKeyRef | None,
+        Field(
+            description="Secret key holding the API key clients must send (vLLM's --api-key, given to it as the "
+            "VLLM_API_KEY environment variable so that it is never in args, status or logs)."
+        ),
+    ] = None
     extra_args: Annotated[
         list[Annotated[str, Field(max_length=1024)]],
         Field(

@@ -89,10 +89,13 @@ def _env(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
-    ref = svc.spec.model.token_secret_ref
-    if ref is not None:
-        secret = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
-        env.append({"name": "HF_TOKEN", "valueFrom": secret})
+    # Secrets reach vLLM only as environment variables from secretKeyRef: never in args or status.
+    for variable, ref in (
+        ("HF_TOKEN", svc.spec.model.token_secret_ref),
+        ("VLLM_API_KEY", svc.spec.engine.api_key_secret_ref),
+    ):
+        if ref is not None:
+            env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     env.extend({"name": k, "value": v} for k, v in sorted(plan.vllm_env.items()))
     return env
 

@@ -584,7 +584,7 @@ def _vllm_args(
         args += ["--tensor-parallel-size", str(sized.candidate.count)]
     args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
     quantization = request.quantization
-    if quantization in (Quantization.FP8, Quantization.BITSANDBYTES):
+    if quantization is Quantization.FP8:
         # In-flight quantization of a 16-bit checkpoint: vLLM must be told.
         args += ["--quantization", quantization.value]
     elif quantization in (Quantization.AWQ, Quantization.GPTQ):

@@ -34,13 +34,11 @@ MAX_MODEL_LEN_STEP = 256
 
 # Bytes per parameter of quantized linear layers (embeddings and lm_head stay in 16 bits):
 # fp8 one byte (per-tensor scales are negligible); AWQ/GPTQ 4-bit: half a byte plus an fp16
-# scale and zero per group of 128 (4 B/128 = 0.031); bitsandbytes NF4: half a byte plus an fp32
-# absmax per block of 64 (0.0625).
+# scale and zero per group of 128 (4 B/128 = 0.031).
 QUANTIZED_BYTES_PER_PARAMETER: dict[Quantization, float] = {
     Quantization.FP8: 1.0,
     Quantization.AWQ: 0.5 + 4 / 128,
     Quantization.GPTQ: 0.5 + 4 / 128,
-    Quantization.BITSANDBYTES: 0.5 + 4 / 64,
 }
 # Share of parameters assumed to be embeddings when the architecture does not say (Llama 3 8B: 13 %).
 ASSUMED_EMBEDDING_SHARE = 0.15
