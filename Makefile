@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
+.PHONY: setup lint crd vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -25,6 +25,10 @@ lint: setup
 crd: setup
 	$(VENV)/bin/llama-operator crd > crds/llamaservices.serving.llama-operator.dev.yaml
 	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
+
+# The vLLM flag contract, from the pinned vLLM's own parser (CI fails when it drifts).
+vllm-flags: setup
+	"$$(bash e2e/vllm/install.sh)" e2e/vllm/flags.py > operator/llama_operator/data/vllm_flags.json
 
 unit: setup
 	$(VENV)/bin/pytest tests

@@ -85,12 +85,30 @@ class Checker:
         # args would try to resolve it as a Hub id, so stand in an empty local folder.
         self._stand_in_dir = tempfile.TemporaryDirectory(prefix="vllm-argcheck-")
         self._stand_in = self._stand_in_dir.name
+        self._options = {o for a in self.parser._actions for o in a.option_strings}
+
+    def _abbreviation(self, argv: list[str]) -> str | None:
+        """argparse accepts unique prefixes (--por for --port): a flag that is not a whole option name is
+        an error here, as the operator's flag contract makes it one."""
+        for token in argv:
+            if not token.startswith("-") or token[1:2].isdigit() or token.startswith("-O"):
+                continue
+            name = token.split("=", 1)[0]
+            if name.startswith("--"):
+                head = name.split(".", 1)[0]
+                name = head[:2] + head[2:].replace("_", "-")
+            if name not in self._options:
+                return f"{name} is not a whole option name of the parser (an abbreviation, or unknown)"
+        return None
 
     def close(self) -> None:
         self._stand_in_dir.cleanup()
 
     def check(self, argv: list[str]) -> dict[str, Any]:
         warnings: list[str] = []
+        abbreviation = self._abbreviation(argv)
+        if abbreviation is not None:
+            return {"ok": False, "error": abbreviation, "warnings": warnings}
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):

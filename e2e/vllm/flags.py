@@ -12,6 +12,7 @@ The operator image does not ship vLLM: the planner checks `spec.engine.extraArgs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -35,7 +36,7 @@ _NAMED_TYPES = {
 
 def _value_type(action: argparse.Action) -> tuple[str, bool]:
     """(type, whether 'None' and '' are accepted as 'unset')."""
-    kind = action.type
+    kind: Any = action.type
     if kind is None:
         return "str", False
     name = getattr(kind, "__name__", type(kind).__name__)
@@ -43,6 +44,15 @@ def _value_type(action: argparse.Action) -> tuple[str, bool]:
         inner = next((c.cell_contents for c in kind.__closure__ or () if callable(c.cell_contents)), None)
         return _NAMED_TYPES.get(getattr(inner, "__name__", "str"), "any"), True
     return _NAMED_TYPES.get(name, "any"), False
+
+
+def _fields(action: argparse.Action) -> list[str] | None:
+    """The keys a structured config flag takes (its dataclass's fields), for `--flag.key` and JSON."""
+    kind: Any = action.type
+    if getattr(kind, "__name__", "") != "parse_dataclass" or not kind.__defaults__:
+        return None
+    cls = kind.__defaults__[0]
+    return sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 def describe(action: argparse.Action) -> dict[str, Any]:
@@ -63,6 +73,7 @@ def describe(action: argparse.Action) -> dict[str, Any]:
         "none_allowed": optional,
         "choices": choices,
         "negatable": isinstance(action, argparse.BooleanOptionalAction),
+        "fields": _fields(action),
     }
 
 

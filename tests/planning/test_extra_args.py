@@ -119,6 +119,8 @@ def test_owned_flag_list_covers_the_planners_own_flags() -> None:
         (["--enforce-eagre"], "did you mean --enforce-eager"),
         (["--compilation-config", "not json"], "JSON object"),
         (["--seed.x", "1"], "takes no sub-keys"),
+        (["--compilation-config.level", "3"], "has no key 'level'"),  # vLLM 0.32 renamed it: mode
+        (["--compilation-config", '{"level": 3}'], "has no key 'level'"),
         (["-tp", "2"], "set spec.accelerator.count"),
         (["--shutdown-timeout", "0"], "termination grace period"),
         (["-O", "3", "--port=1"], "set by the operator"),
@@ -152,8 +154,8 @@ def test_secret_flags_are_refused_pointing_at_secret_refs(args: list[str]) -> No
         ["--max-num-batched-tokens", "8k"],
         ["--max-num-batched-tokens=8192"],
         ["--long-prefill-token-threshold", "512"],  # says "token" but carries none
-        ["--compilation-config", '{"level": 3}'],
-        ["--compilation-config.level", "3"],
+        ["--compilation-config", '{"mode": 3}'],
+        ["--compilation-config.mode", "3"],
         ["-O3"],
         ["-O", "2"],
         ["--no-enable-chunked-prefill"],

@@ -72,6 +72,7 @@ class Flag:
     type: str
     none_allowed: bool
     choices: tuple[str, ...] | None
+    fields: frozenset[str] | None = None  # the keys of a structured config (--flag.key, JSON objects)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def flag_contract() -> FlagContract:
             type=item["type"],
             none_allowed=bool(item["none_allowed"]),
             choices=tuple(item["choices"]) if item["choices"] is not None else None,
+            fields=frozenset(item["fields"]) if item.get("fields") is not None else None,
         )
         for name in flag.names:
             by_name[normalise(name)] = flag
@@ -144,6 +146,12 @@ def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
         "json": _is_json_object,
     }
     valid = checks.get(flag.type)
+    if flag.type == "json" and flag.fields is not None and _is_json_object(value):
+        unknown = sorted(set(json.loads(value)) - flag.fields)
+        if unknown:
+            raise PlanningError(
+                f"{where}: {name} has no key {unknown[0]!r}; its keys: {', '.join(sorted(flag.fields))}"
+            )
     if valid is not None and not valid(value):
         wanted = {
             "int": "a whole number",
@@ -203,7 +211,7 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
         if not _FLAG_NAME.match(name):
             hint = " (put the flag and its value in separate items)" if " " in token else ""
             raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
-        base, dot, _ = normalise(name).partition(".")
+        base, dot, sub_key = normalise(name).partition(".")
         if name in _NOT_SERVER_FLAGS:
             raise PlanningError(f"{where}: {name} is refused: {_NOT_SERVER_FLAGS[name]}")
         flag = contract.lookup(base)
@@ -218,6 +226,13 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
             raise PlanningError(f"{where}: {base} is set by the operator; {OWNED_FLAGS[flag.dest]}")
         if dot and flag.type not in {"json", "json-or-str", "any"}:
             raise PlanningError(f"{where}: {base} takes no sub-keys ({name})")
+        key = sub_key.split(".", 1)[0]
+        if dot and flag.fields is not None and key not in flag.fields:
+            close = difflib.get_close_matches(key, sorted(flag.fields), n=1)
+            hint = (
+                f"did you mean {base}.{close[0]}?" if close else f"its keys: {', '.join(sorted(flag.fields))}"
+            )
+            raise PlanningError(f"{where}: {base} has no key {key!r}; {hint}")
         fewest, most = (1, 1) if dot else _value_count(flag)
         values: list[str] = []
         if has_value:
