@@ -1,0 +1,124 @@
+"""Every invalid LlamaService is either refused at `kubectl apply`, naming the field, or accepted and then
+reported within seconds: Degraded with the planner's message, one Warning Event, and no Deployment that
+cannot work. Never accepted and silent."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from support import Cluster, OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+GROUP = "serving.llama-operator.dev"
+MODEL = {"name": "meta-llama/Llama-3.2-1B-Instruct"}
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "accelerator": {"type": "a10g"}, **fields}
+
+
+def engine(**fields: Any) -> dict[str, Any]:
+    return spec(engine=fields)
+
+
+def extra(*args: str) -> dict[str, Any]:
+    return engine(extraArgs=list(args))
+
+
+# (name, spec); a name of None means the case is about the name itself (given as the spec's key).
+BAD_NAMES = ["x" * 64, "chat.v2", "1chat", "Chat", "chat_v2", "chat-"]
+BAD_SPECS: list[tuple[str, dict[str, Any]]] = [
+    ("replicas-word", spec(replicas="two")),
+    ("replicas-fraction", spec(replicas=1.5)),
+    ("accelerator-string", {"model": MODEL, "accelerator": "t4"}),
+    ("model-number", {"model": {"name": 123}}),
+    ("max-model-len-small", engine(maxModelLen=64)),
+    ("max-model-len-word", engine(maxModelLen="big")),
+    ("max-model-len-past-context", engine(maxModelLen=9_000_000)),
+    ("gpu-util-map", engine(gpuMemoryUtilization={"oops": 1})),
+    ("gpu-util-high", engine(gpuMemoryUtilization=1.5)),
+    ("gpu-util-string", engine(gpuMemoryUtilization="0.9")),
+    ("num-seqs-zero", engine(maxNumSeqs=0)),
+    ("num-seqs-huge", engine(maxNumSeqs=5000)),
+    ("size-limit-word", spec(model={**MODEL, "cache": {"sizeLimit": "lots"}})),
+    ("size-limit-negative", spec(model={**MODEL, "cache": {"sizeLimit": "-1Gi"}})),
+    ("secret-name-bad", spec(model={**MODEL, "tokenSecretRef": {"name": "Bad_Name"}})),
+    ("secret-key-empty", spec(model={**MODEL, "tokenSecretRef": {"name": "hf", "key": ""}})),
+    ("unknown-model", spec(model={"name": "someone/unknown-model-7b"})),
+    ("architecture-zero", spec(model={"name": "x/y", "architecture": {"layers": 0}})),
+    ("min-replicas-zero", spec(autoscaling={"minReplicas": 0})),
+    ("stabilization-negative", spec(autoscaling={"scaleDownStabilizationSeconds": -1})),
+    ("ttft-zero", spec(autoscaling={"slo": {"ttftSeconds": 0}})),
+    ("percentile-low", spec(autoscaling={"slo": {"percentile": 30}})),
+    ("fp8-on-t4", {"model": MODEL, "accelerator": {"type": "t4"}, "engine": {"quantization": "fp8"}}),
+    ("bf16-on-t4", {"model": MODEL, "accelerator": {"type": "t4"}, "engine": {"dtype": "bfloat16"}}),
+    ("cpu-count", {"model": MODEL, "accelerator": {"type": "cpu", "count": 2}}),
+    ("extra-value-first", extra("9000")),
+    ("extra-empty", extra("")),
+    ("extra-hf-token", extra("--hf-token", "hf_abcdefghijklmnop")),
+    ("extra-api-key", extra("--api-key=sk-secret-value")),
+    ("extra-owned-abbrev", extra("--por", "9000")),
+    ("extra-owned-abbrev-host", extra("--hos", "127.0.0.1")),
+    ("extra-owned-dtype", extra("--dtype", "float32")),
+    ("extra-model-subkey", extra("--model.x", "1")),
+    ("extra-help", extra("--help")),
+    ("extra-version", extra("--version")),
+    ("extra-bad-int", extra("--speculative-model", "x", "--num-speculative-tokens", "banana")),
+    ("extra-unknown", extra("--no-such-flag")),
+    ("extra-bad-choice", extra("--kv-cache-dtype", "int3")),
+]
+SECRETS = ("hf_abcdefghijklmnop", "sk-secret-value")
+
+
+def manifest(name: str, body: dict[str, Any]) -> str:
+    return json.dumps(
+        {"apiVersion": f"{GROUP}/v1alpha1", "kind": "LlamaService", "metadata": {"name": name}, "spec": body}
+    )
+
+
+def test_invalid_input_is_never_silent(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    cases = [(n, spec()) for n in BAD_NAMES] + BAD_SPECS
+    accepted: list[str] = []
+    for name, body in cases:
+        done = cluster.kubectl(
+            "apply", "-n", namespace, "-f", "-", input_text=manifest(name, body), check=False
+        )
+        if done.returncode == 0:
+            accepted.append(name)
+        else:
+            assert "spec." in done.stderr or "metadata.name" in done.stderr, f"{name}: {done.stderr}"
+
+    def silent() -> list[str]:
+        """Accepted cases without Degraded=True and a Warning Event yet."""
+        warned = {
+            e["involvedObject"]["name"]
+            for e in cluster.list_objects("events", namespace)
+            if e.get("type") == "Warning" and e["involvedObject"].get("kind") == "LlamaService"
+        }
+        out = []
+        for name in accepted:
+            cond = cluster.condition(name, namespace, "Degraded")
+            if not (cond and cond["status"] == "True" and cond["message"] and name in warned):
+                out.append(name)
+        return out
+
+    deadline = time.monotonic() + 60
+    while (left := silent()) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not left, f"accepted without Degraded and an Event: {left}\n{operator.tail()}"
+    deployments = {d["metadata"]["name"] for d in cluster.list_objects("deployments", namespace)}
+    assert not deployments & set(accepted), f"Deployments that cannot work: {deployments & set(accepted)}"
+    # The secrets reached nothing: refused at admission, so not stored, not in any status or log.
+    stored = cluster.kubectl("get", f"llamaservices.{GROUP}", "-n", namespace, "-o", "json").stdout
+    for secret in SECRETS:
+        assert secret not in stored
+        assert secret not in operator.log.read_text()
+    print(
+        f"\n{len(cases)} invalid LlamaServices: {len(cases) - len(accepted)} refused at admission, "
+        f"{len(accepted)} reported Degraded with an Event ({', '.join(accepted)})"
+    )
