@@ -85,7 +85,9 @@ def main() -> int:
 
     parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
     flags = sorted((describe(a) for a in parser._actions if a.option_strings), key=lambda f: f["dest"])
-    json.dump({"vllm": vllm.__version__, "flags": flags}, sys.stdout, indent=1, sort_keys=True)
+    json.dump(
+        {"vllm": getattr(vllm, "__version__", "?"), "flags": flags}, sys.stdout, indent=1, sort_keys=True
+    )
     sys.stdout.write("\n")
     return 0
 

@@ -146,3 +146,13 @@ def test_drift_detects_hand_edits_but_not_server_defaults() -> None:
     edited = {**live, "spec": {**live["spec"], "replicas": 5}}
     assert drifted(dep, edited)
     assert drifted(dep, None)
+
+
+def test_vllm_drains_within_the_grace_period() -> None:
+    from llama_operator.desired.objects import (  # noqa: PLC0415
+        PRESTOP_SLEEP_SECONDS,
+        shutdown_timeout_seconds,
+    )
+
+    assert shutdown_timeout_seconds(120) == 120 - PRESTOP_SLEEP_SECONDS - 5
+    assert shutdown_timeout_seconds(10) == 0  # no room: vLLM aborts, as it would by default

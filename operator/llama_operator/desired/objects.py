@@ -27,6 +27,18 @@ POD_MONITOR_API = "monitoring.coreos.com/v1"
 # vLLM reads VLLM_PORT etc. from its environment; Kubernetes' service links would inject e.g.
 # VLLM_PORT=tcp://... for a Service named "vllm" and crash it.
 ENABLE_SERVICE_LINKS = False
+# On deletion the pod leaves the Service's endpoints at once; the preStop sleep lets every proxy see that
+# before vLLM is signalled. Then SIGTERM makes vLLM drain: it finishes the requests it holds, for at most
+# --shutdown-timeout seconds (0, vLLM's default, aborts them all), within the grace period, minus a margin
+# for the engine's own exit.
+PRESTOP_SLEEP_SECONDS = 10
+SHUTDOWN_MARGIN_SECONDS = 5
+
+
+def shutdown_timeout_seconds(termination_grace_seconds: int) -> int:
+    """How long vLLM may drain in-flight requests after SIGTERM: the grace period less the preStop sleep
+    and a margin (never negative: a grace period that short leaves no drain)."""
+    return max(0, termination_grace_seconds - PRESTOP_SLEEP_SECONDS - SHUTDOWN_MARGIN_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -152,14 +164,16 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
         "imagePullPolicy": "IfNotPresent",
         # The module entry point works in every vLLM image, GPU and CPU, whatever its ENTRYPOINT.
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-        "args": list(plan.vllm_args),
+        "args": [
+            *plan.vllm_args,
+            "--shutdown-timeout",
+            str(shutdown_timeout_seconds(settings.termination_grace_seconds)),
+        ],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "env": _env(svc, plan),
         "resources": _resources(plan),
         **_probes(settings),
-        # Let endpoints drop the pod before vLLM stops accepting; in-flight requests then finish
-        # within the termination grace period.
-        "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}},
         "volumeMounts": [
             {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
             {"name": "dshm", "mountPath": SHM_PATH},
