@@ -142,9 +142,10 @@ def test_idle_scales_down_toward_min_after_the_window() -> None:
     idle = signals(rate=0.0, ttft=None, ready=4, status=SignalStatus.IDLE)
     state = fresh_state().model_copy(update={"last_scale_up_time": 0.0, "last_scale_time": 0.0})
     early = decide(SPEC, idle, state, now=10.0)
-    assert early.desired_replicas == 2  # halving: the window holds nothing higher (no earlier need)
+    assert early.desired_replicas == 4  # no history: the window starts now, with the 4 running as needed
     assert early.slo_met is None
-    state = early.state
+    later = decide(SPEC, idle, early.state, now=25.0 + SPEC.scale_down_stabilization_seconds)
+    assert later.desired_replicas == 2  # halving once the window has passed
     busy_then_idle = decide(SPEC, signals(rate=30.0, ready=4), fresh_state(), now=0.0).state
     held = decide(SPEC, idle, busy_then_idle, now=100.0)
     assert held.desired_replicas == 4
@@ -288,3 +289,26 @@ def test_an_outage_restarts_the_breach_clock() -> None:
     back = decide(SPEC, signals(rate=2.0, ready=3, ttft=1.5), blind.state, now=1005.0)
     assert back.state.slo_breach_since == 1005.0
     assert back.desired_replicas == 3
+
+
+def test_no_history_means_the_stabilization_window_starts_now() -> None:
+    """Autoscaling enabled on a running service (6 replicas, load for 3): not 6 -> 3 at the first look."""
+    light = signals(rate=5.0, ready=6)
+    first = decide(SPEC, light, fresh_state(), now=1000.0)
+    assert first.desired_replicas == 6, first.reason
+    assert first.state.recommendations  # the window's start is persisted with the state
+    held = decide(SPEC, light, first.state, now=1000.0 + SPEC.scale_down_stabilization_seconds - 15)
+    assert held.desired_replicas == 6
+    after = decide(SPEC, light, held.state, now=1000.0 + SPEC.scale_down_stabilization_seconds + 15)
+    assert after.desired_replicas < 6
+
+
+def test_replicas_outside_the_bounds_are_brought_back_at_once() -> None:
+    """A hand scale to 50 with maxReplicas 8, just after a scale-down: no interval or window applies."""
+    state = fresh_state().model_copy(update={"last_scale_down_time": 990.0, "last_scale_time": 990.0})
+    over = decide(SPEC, signals(rate=5.0, ready=50), state, now=1000.0)
+    assert over.desired_replicas == SPEC.max_replicas
+    assert "outside [1, 8]" in over.reason
+    bounded = AutoscalingSpec(min_replicas=3, max_replicas=8)
+    under = decide(bounded, signals(rate=0.1, ready=1), fresh_state(), now=1000.0)
+    assert under.desired_replicas == 3

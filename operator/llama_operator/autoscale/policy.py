@@ -115,7 +115,12 @@ def decide(
         )
 
     recommended = min(max(need.replicas, low), high)
-    history = _remember(state.recommendations, now, recommended, spec, tuning)
+    # No history (autoscaling just enabled, or state lost): the stabilization window starts now, with the
+    # replicas running taken as needed until then, so the first evaluation never scales down at once.
+    running = min(max(current, low), high)
+    seed = [Recommendation(time=now, replicas=running)] if recommended < running else []
+    previous = state.recommendations or seed
+    history = _remember(previous, now, recommended, spec, tuning)
     window = _stabilization_window(history, now, spec, tuning)
     stabilized = _highest_since(history, now - window)
     limited = need.replicas > high
@@ -123,7 +128,11 @@ def decide(
 
     desired = current
     last_down = state.last_scale_down_time
-    if recommended > current:
+    if not low <= current <= high:
+        # A hand scale past the bounds is undone at once, whatever the windows and intervals say.
+        desired = min(max(current, low), high)
+        reason = f"{current} replicas is outside [{low}, {high}]: brought back to {desired}"
+    elif recommended > current:
         desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
     elif recommended < current:
