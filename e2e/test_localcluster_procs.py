@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from localcluster.config import ETCD_VERSION, cache_paths
-from localcluster.procs import is_ours
+from localcluster.procs import Component, Processes, is_ours
+from localcluster.util import TLSClient, free_port
 
 
 def test_a_process_is_ours_from_the_moment_it_is_started(tmp_path: Path) -> None:
@@ -31,3 +36,49 @@ def test_a_process_is_ours_from_the_moment_it_is_started(tmp_path: Path) -> None
         finally:
             proc.wait(timeout=30)
     assert not is_ours(proc.pid, str(etcd))  # reaped: gone
+
+
+SLOW_EXIT = """
+import http.server, signal, sys, threading, time
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)
+def stop(*_):
+    threading.Thread(target=server.shutdown).start()  # unhealthy at once ...
+    time.sleep(5)                                      # ... but gone only after a while
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+server.serve_forever()
+time.sleep(60)
+"""
+
+
+def test_up_waits_for_a_component_that_is_still_shutting_down(tmp_path: Path) -> None:
+    """`cluster.sh up` right after a component was stopped: it waits for the old process to exit, then
+    starts it again, instead of failing with "process exited" (its own sandbox, not the shared cluster)."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT)
+    port = free_port()
+    comp = Component(
+        name="slow",
+        argv=[sys.executable, str(script), str(port)],
+        port=port,
+        health_url=f"http://127.0.0.1:{port}/",
+    )
+    procs = Processes(tmp_path, TLSClient(verify=False))
+    procs.start(comp)
+    deadline = time.monotonic() + 20
+    while not procs.healthy(comp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert procs.healthy(comp)
+    assert comp.pid is not None
+    os.kill(comp.pid, signal.SIGTERM)  # as `cluster.sh down` of that one component would
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert procs.alive(comp)  # still shutting down
+    assert procs.settle(comp, timeout=15) == "exited"
+    assert time.monotonic() - started >= 3.0  # it waited for the exit
+    procs.start(comp)  # and a fresh start works
+    deadline = time.monotonic() + 20
+    while not procs.healthy(comp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert procs.healthy(comp)
+    procs.stop_all([comp], timeout=10)

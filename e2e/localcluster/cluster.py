@@ -605,6 +605,12 @@ class Cluster:
 
         def ensure(names: tuple[str, ...]) -> None:
             for name in names:
+                comp = comps[name]
+                if self.procs.alive(comp) and not self.procs.healthy(comp):
+                    # Left by an earlier run, e.g. still shutting down after a stop: wait for it to come
+                    # back or go before deciding, instead of reading its exit as a failed start.
+                    outcome = self.procs.settle(comp)
+                    say(f"{name}: found running but unhealthy; {outcome}")
                 if not self.procs.alive(comps[name]):
                     self.procs.start(comps[name])
                     self.write_facts(bins, comps, ports, settings, [])

@@ -149,6 +149,21 @@ class Processes:
             return False
         return comp.health_body is None or comp.health_body in body
 
+    def settle(self, comp: Component, timeout: float = 30.0) -> str:
+        """A component found running but unhealthy (say, stopped a moment ago and still shutting down):
+        wait until it is healthy again or gone; one still neither after `timeout` is stopped. Returns
+        "healthy", "exited" or "stopped" (then it can be started afresh)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive(comp):
+                return "exited"
+            if self.healthy(comp):
+                return "healthy"
+            time.sleep(0.2)
+        for note in self.stop_all([comp]):
+            say(note)
+        return "stopped"
+
     def death_note(self, comp: Component) -> str | None:
         """Why waiting is pointless: the process is gone (with its log's last lines)."""
         if self.alive(comp):
