@@ -23,6 +23,20 @@ T = TypeVar("T")
 GROUP = "serving.llama-operator.dev"
 
 
+def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """A LlamaService for Llama 3.2 1B on an A10G; keyword arguments replace or add spec fields."""
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "LlamaService",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+            "accelerator": {"type": "a10g"},
+            **spec,
+        },
+    }
+
+
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from support import Cluster, OperatorProcess, eventually
+from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -71,16 +71,7 @@ def tenant_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
 
 
 def llamaservice(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/v1alpha1",
-        "kind": "LlamaService",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
-            "accelerator": {"type": "a10g"},
-            **spec,
-        },
-    }
+    return llamaservice_manifest(name, **spec)
 
 
 def tenant_apply(cluster: Cluster, kubeconfig: Path, namespace: str, body: dict[str, Any]) -> Any:
