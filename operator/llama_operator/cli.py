@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import sys
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from importlib import metadata as package_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
+import llama_operator
 from llama_operator.api.crd import render_crd_yaml
-from llama_operator.api.resource import InvalidSpecError, parse_llamaservice
+from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.fleetsim.commands import register as register_fleet_commands
@@ -24,92 +25,248 @@ from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
 from llama_operator.sim.commands import register as register_simulator_commands
 
-EX_SOFTWARE = 70  # an internal error (sysexits.h), never the same code as "this input is invalid"
-MAX_INPUT_BYTES = 16 << 20
+# Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
+# file that cannot be read), 70 (sysexits EX_SOFTWARE) for a bug of ours, so that scripts tell them apart.
+EXIT_INPUT_ERROR = 1
+EXIT_INTERNAL_ERROR = 70
+EXIT_INTERRUPTED = 130
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+# The files `-f DIR` and `--nodes DIR` read, as `kubectl apply -f DIR` does (not recursing).
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+# Manifests are a few levels deep; a limit far below Python's recursion limit turns a hostile nesting
+# into an error that names the line instead of a RecursionError.
+MAX_NESTING = 100
+# Aliases may repeat nodes, not multiply them ("billion laughs"): the same rule as go-yaml, which kubectl
+# uses: a document may expand to 10x its own nodes, and always to this many.
+ALIAS_EXPANSION_ALLOWANCE = 400_000
+ALIAS_EXPANSION_RATIO = 10
 
 
 class InputError(Exception):
-    """A file that cannot be read as manifests: one line for the user, exit status 1."""
+    """A file the command was given cannot be read as manifests; the message is one line naming it."""
 
 
-class _NoAliases(yaml.SafeDumper):
-    """YAML without anchors and aliases (`&id001`): every object printed whole, as kubectl prints."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _read_text(path: str) -> tuple[str, str]:
-    """(the text, how to name it in messages). `-` is standard input; a folder gives its *.yaml files."""
-    if path == "-":
-        raw, shown_as = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1), "<stdin>"
-    else:
-        p = Path(path)
-        if p.is_dir():
-            raise InputError(f"{path} is a folder; give one manifest file, or - to read standard input")
-        try:
-            with p.open("rb") as f:
-                raw = f.read(MAX_INPUT_BYTES + 1)
-        except OSError as err:
-            raise InputError(f"{path}: {err.strerror or err}") from None
-        shown_as = path
-    if len(raw) > MAX_INPUT_BYTES:
-        raise InputError(f"{shown_as}: larger than {MAX_INPUT_BYTES >> 20} MiB; is it a manifest?")
+def _package_version() -> str:
     try:
-        return raw.decode("utf-8"), shown_as
+        return package_metadata.version("llama-operator")
+    except package_metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return llama_operator.__version__
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML as kubectl reads it: safe tags, timestamps left as strings (JSON has no dates), bounded
+    nesting, no alias that contains itself, no alias bomb."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._open_anchors: list[str] = []
+
+    def _refuse(self, problem: str) -> NoReturn:
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        raise yaml.composer.ComposerError(None, None, problem, mark)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) and event.anchor in self._open_anchors:
+            self._refuse(f"alias *{event.anchor} refers to a node that contains it")
+        if len(self._open_anchors) >= MAX_NESTING:
+            self._refuse(f"nested deeper than {MAX_NESTING} levels")
+        # Every open node takes a slot (anchored or not), so the list's length is the nesting depth.
+        self._open_anchors.append(getattr(event, "anchor", None) or "")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.pop()
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        distinct: set[int] = set()
+        expanded = _expanded_size(node, {}, distinct)
+        if expanded > max(ALIAS_EXPANSION_ALLOWANCE, ALIAS_EXPANSION_RATIO * len(distinct)):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"aliases expand this document to {expanded} nodes", node.start_mark
+            )
+        return super().construct_document(node)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], distinct: set[int]) -> int:
+    """Nodes in the document once every alias is replaced by what it names (each shared node once)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    distinct.add(id(node))
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes, distinct) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(
+            _expanded_size(key, sizes, distinct) + _expanded_size(value, sizes, distinct)
+            for key, value in node.value
+        )
+    sizes[id(node)] = size
+    return size
+
+
+def _yaml_error_message(name: str, text: str, err: yaml.YAMLError) -> str:
+    """One line: the file, the line and column where YAML says, and what is wrong (never "<unicode string>")."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        context = ""
+        if err.context and err.context_mark is not None:
+            context = f" ({err.context} at line {err.context_mark.line + 1})"
+        return f"{name}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {err.problem}{context}"
+    if isinstance(err, yaml.reader.ReaderError):
+        line = text.count("\n", 0, err.position) + 1
+        character = f"U+{err.character:04X}" if isinstance(err.character, int) else shown(err.character)
+        return f"{name}:{line}: invalid YAML: character {character} is not allowed in YAML"
+    return f"{name}: invalid YAML: {shown(str(err))}"
+
+
+def _decode(name: str, data: bytes) -> str:
+    # A UTF-16 byte order mark, as kubectl accepts; else UTF-8, with or without a byte order mark.
+    encoding = "utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
+    try:
+        return data.decode(encoding)
     except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
         raise InputError(
-            f"{shown_as}: not UTF-8 text (byte {err.start}); save the manifest as UTF-8"
+            f"{name}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+            "save the manifest as UTF-8"
         ) from None
 
 
-def _load_documents(path: str) -> list[dict[str, Any]]:
-    text, shown_as = _read_text(path)
+def _read_bytes(path: str) -> bytes:
+    if path == STDIN:
+        buffer = getattr(sys.stdin, "buffer", None)
+        return buffer.read() if buffer is not None else sys.stdin.read().encode()
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
+def _manifest_files(path: str) -> list[str]:
+    """The files behind a -f/--nodes argument: the file, stdin, or a folder's manifests (sorted)."""
+    folder = Path(path)
+    if path == STDIN or not folder.is_dir():
+        return [path]
+    files = sorted(str(f) for f in folder.iterdir() if f.suffix in MANIFEST_SUFFIXES and f.is_file())
+    if not files:
+        raise InputError(f"{path}: a directory with no {', '.join(MANIFEST_SUFFIXES)} files")
+    return files
+
+
+def _parse_yaml(text: str) -> list[Any]:
+    loader = _ManifestLoader(text)  # checks the characters already: raises ReaderError
+    try:
+        documents = []
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            documents.append(loader.get_data())
+        return documents
+    finally:
+        loader.dispose()
+
+
+def _documents_in_file(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    name = STDIN_NAME if path == STDIN else path
+    text = _decode(name, _read_bytes(path))
+    try:
+        documents = _parse_yaml(text)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise InputError(f"{shown_as}:{where}: invalid YAML: {problem}") from None
-    except RecursionError:
-        raise InputError(f"{shown_as}: YAML nested too deeply to be a manifest") from None
-    for number, doc in enumerate(docs, 1):
-        if not isinstance(doc, dict):
+        raise InputError(_yaml_error_message(name, text, err)) from None
+    except RecursionError:  # a limit above missed a shape; still the file's fault, not ours
+        raise InputError(f"{name}: invalid YAML: nested too deeply") from None
+    for number, document in enumerate(documents, start=1):
+        where = f"{name}: document {number}" if len(documents) > 1 else name
+        if document is None:
+            continue
+        if not isinstance(document, dict):
             raise InputError(
-                f"{shown_as}: YAML document {number} is not a mapping (a manifest has apiVersion, kind, ...)"
+                f"{where}: a manifest must be a mapping (apiVersion, kind, ...), not {_kind_of(document)}"
             )
-    return docs
+        if document.get("kind") == "List":  # `kubectl get -o yaml` output
+            items = document.get("items") or []
+            if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+                raise InputError(f"{where}: items of a List must be a list of mappings")
+            for item in items:
+                yield where, item
+        else:
+            yield where, document
+
+
+def _kind_of(value: object) -> str:
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__} ({shown(value)})"
+
+
+def _load_documents(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every manifest in a file, stdin or folder, with where it came from (for error messages)."""
+    return [found for file in _manifest_files(path) for found in _documents_in_file(file)]
+
+
+def _check_node(where: str, node: dict[str, Any]) -> None:
+    # The inventory reads these fields; the API server guarantees their types, a file does not.
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(node.get(field) or {}, dict):
+            raise InputError(f"{where}: Node {field} must be a mapping")
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise InputError(f"{where}: Node metadata.labels must map names to strings")
+    status = node.get("status") or {}
+    for field in ("allocatable", "capacity"):
+        if not isinstance(status.get(field) or {}, dict):
+            raise InputError(f"{where}: Node status.{field} must be a mapping")
 
 
 def _load_inventory(paths: Sequence[str] | None) -> Inventory | None:
     if not paths:
         return None
     nodes: list[dict[str, Any]] = []
-    for entry in paths:
-        p = Path(entry)
-        files = sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) if p.is_dir() else [p]
-        for f in files:
-            for doc in _load_documents(str(f)):
-                items = doc.get("items") if doc.get("kind") == "List" else [doc]
-                if not isinstance(items, list):
-                    raise InputError(f"{f}: items of a List must be a list")
-                nodes.extend(n for n in items if isinstance(n, dict) and n.get("kind") == "Node")
+    for path in paths:
+        for where, document in _load_documents(path):
+            if document.get("kind") == "Node":
+                _check_node(where, document)
+                nodes.append(document)
     return inventory_from_nodes(nodes)
 
 
-def _llamaservices(path: str) -> list[dict[str, Any]]:
-    docs = [d for d in _load_documents(path) if d.get("kind") == "LlamaService"]
-    if not docs:
-        raise InputError(f"{path}: no LlamaService found (kind: LlamaService)")
-    return docs
+def _llamaservices(path: str) -> list[tuple[str, dict[str, Any]]]:
+    found = [(where, d) for where, d in _load_documents(path) if d.get("kind") == "LlamaService"]
+    if not found:
+        raise InputError(
+            f"{STDIN_NAME if path == STDIN else path}: no LlamaService found (kind: LlamaService)"
+        )
+    return found
 
 
 def _with_uid(doc: dict[str, Any]) -> dict[str, Any]:
     # Offline rendering has no stored object; a stand-in uid keeps owner references well-formed.
     meta = {"namespace": "default", **(doc.get("metadata") or {})}
-    meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, f"{meta['namespace']}/{meta['name']}")))
+    if not meta.get("uid"):
+        meta["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{meta['namespace']}/{meta['name']}"))
     return {**doc, "metadata": meta}
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Output for people and `kubectl apply`: an object shared between places is written out each time,
+    never as an anchor (&id001) and an alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(documents: Sequence[Any]) -> str:
+    """Documents as `---`-separated YAML, in the order of their keys, without anchors."""
+    return yaml.dump_all(documents, Dumper=_NoAliasDumper, sort_keys=False, explicit_start=True)
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -117,31 +274,41 @@ def cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+class ManifestError(Exception):
+    """A manifest the planner refused, with the file (and document) it came from."""
+
+    def __init__(self, where: str, error: InvalidSpecError | PlanningError) -> None:
+        super().__init__(f"{where}: {error}")
+
+
+def _planned(args: argparse.Namespace, *, with_uid: bool) -> Iterator[tuple[Any, Any]]:
     inventory = _load_inventory(args.nodes)
-    results = []
-    for doc in _llamaservices(args.file):
-        parse_llamaservice(doc)
-        _, plan = plan_llamaservice(doc, Settings(mig_strategy=args.mig_strategy), inventory)
-        results.append(plan.model_dump(by_alias=True, mode="json"))
+    settings = Settings(mig_strategy=args.mig_strategy)
+    for where, doc in _llamaservices(args.file):
+        try:
+            parse_llamaservice(doc)
+            yield plan_llamaservice(_with_uid(doc) if with_uid else doc, settings, inventory)
+        except (InvalidSpecError, PlanningError) as err:
+            raise ManifestError(where, err) from None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    results = [plan.model_dump(by_alias=True, mode="json") for _, plan in _planned(args, with_uid=False)]
     out: Any = results[0] if len(results) == 1 else results
     if args.output == "json":
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        sys.stdout.write(yaml.safe_dump(out, sort_keys=False))
+        sys.stdout.write(yaml.dump(out, Dumper=_NoAliasDumper, sort_keys=False))
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    inventory = _load_inventory(args.nodes)
     settings = Settings(mig_strategy=args.mig_strategy)
     documents = []
-    for doc in _llamaservices(args.file):
-        parse_llamaservice(doc)
-        svc, plan = plan_llamaservice(_with_uid(doc), settings, inventory)
+    for svc, plan in _planned(args, with_uid=True):
         state = build_desired_state(svc, plan, settings, pod_monitor=args.pod_monitor)
         documents.extend(state.objects)
-    sys.stdout.write(yaml.dump_all(documents, Dumper=_NoAliases, sort_keys=False, explicit_start=True))
+    sys.stdout.write(dump_yaml(documents))
     return 0
 
 
@@ -156,10 +323,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+FILE_HELP = (
+    "LlamaService manifests: a YAML or JSON file (several documents separated by ---, or a kind: List), "
+    "a directory (its *.yaml, *.yml and *.json files, as kubectl apply -f DIR reads them; not "
+    "recursive), or - to read standard input"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llama-operator", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    parser = argparse.ArgumentParser(
+        prog="llama-operator",
+        description=__doc__,
+        epilog=f"Exit status: 0 done, {EXIT_INPUT_ERROR} the input is wrong (a manifest, a file, a plan "
+        f"that cannot work; one line on stderr says why), {EXIT_INTERNAL_ERROR} an internal error "
+        "(a bug; --debug shows the traceback).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="on an internal error, print the traceback (for a bug report)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
@@ -177,17 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("plan", cmd_plan, "print the plan for a LlamaService manifest"),
         ("render", cmd_render, "print the Kubernetes objects for a LlamaService manifest"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("-f", "--file", required=True, metavar="FILE|DIR|-", help=FILE_HELP)
         p.add_argument(
-            "-f",
-            "--file",
-            required=True,
-            help="a LlamaService manifest file (YAML, several documents allowed), or - to read standard input",
-        )
-        p.add_argument(
-            "--nodes", action="append", help="node inventory: Node manifests (file or folder), repeatable"
+            "--nodes",
+            action="append",
+            metavar="FILE|DIR|-",
+            help="node inventory: Node manifests (a file, a directory of them, or a kind: List as "
+            "`kubectl get nodes -o yaml` prints), repeatable",
         )
         p.add_argument("--mig-strategy", choices=["mixed", "single"], default="mixed")
+        # Also accepted after the command; SUPPRESS keeps the global flag's value when not given here.
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if name == "plan":
             p.add_argument("-o", "--output", choices=["json", "yaml"], default="json")
         else:
@@ -211,26 +394,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.func(args)
-    except (InvalidSpecError, PlanningError, InputError) as err:
-        sys.stderr.write(f"error: {_one_line(str(err))}\n")
-        return 1
+    except (InputError, ManifestError) as err:
+        sys.stderr.write(f"error: {err}\n")
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except Exception as err:
+        # Anything else is a bug of ours, not the user's input: say so, and keep the traceback for --debug.
         if args.debug:
             traceback.print_exc()
         sys.stderr.write(
-            f"llama-operator: internal error: {type(err).__name__}: {_one_line(str(err))[:300]} "
+            f"llama-operator: internal error: {type(err).__name__}: {shown(str(err))} "
             "(rerun with --debug for the traceback)\n"
         )
-        return EX_SOFTWARE
+        return EXIT_INTERNAL_ERROR
     return code
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("llama-operator")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
