@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import subprocess
 import sys
+from importlib import metadata as package_metadata
 from pathlib import Path
 
+import pytest
 import yaml
 
 from llama_operator.api.crd import CRD_FILE
+from llama_operator.cli import EXIT_INTERNAL_ERROR, build_parser, cmd_plan, dump_yaml, main, run_command
 
 PLAN_KEYS = {
     "accelerator",
@@ -99,3 +105,275 @@ def test_render_prints_multi_document_yaml(repo: Path) -> None:
     assert done.returncode == 0, done.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout)]
     assert kinds == ["Service", "PodDisruptionBudget", "Deployment"]
+
+
+# Input errors: one line on stderr that names the file, exit status 1, nothing on stdout. In-process
+# (`cli.main`, what the console script calls) to keep them fast; the subprocess tests above cover the entry.
+VALID = (
+    "apiVersion: serving.llama-operator.dev/v1alpha1\nkind: LlamaService\nmetadata: {name: chat}\n"
+    "spec: {model: {name: meta-llama/Llama-3.2-1B-Instruct}, accelerator: {type: t4}}\n"
+)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """`llama-operator ARGS` in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def input_error(*args: str) -> str:
+    """The one line of an input error (asserting exit status 1, one line, no output)."""
+    code, out, err = run_cli(*args)
+    assert (code, out) == (1, ""), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("error: ")
+    assert "Traceback" not in err
+    return err.removeprefix("error: ").rstrip("\n")
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_broken_yaml_names_the_file_line_and_column(tmp_path: Path, command: str) -> None:
+    path = write(tmp_path, "broken.yaml", "kind: LlamaService\nspec: {model: [a\n")
+    line = input_error(command, "-f", path)
+    assert line.startswith(f"{path}:3:1: invalid YAML: ")
+    assert "<unicode string>" not in line
+
+
+def test_non_utf8_file_is_named_with_the_byte(tmp_path: Path) -> None:
+    path = write(tmp_path, "latin1.yaml", VALID.encode() + b"  # caf\xe9\n")
+    assert input_error("plan", "-f", path) == (
+        f"{path}:5: not UTF-8 text (byte 0xe9 at offset {len(VALID) + 7}); save the manifest as UTF-8"
+    )
+
+
+def test_control_character_is_an_input_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "ctl.yaml", VALID + "x: \x01\n")
+    assert (
+        input_error("plan", "-f", path) == f"{path}:5: invalid YAML: character U+0001 is not allowed in YAML"
+    )
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "absent.yaml")
+    assert input_error("render", "-f", path) == f"{path}: no such file or directory"
+
+
+def test_missing_node_inventory(tmp_path: Path, repo: Path) -> None:
+    path = str(tmp_path / "nodes")
+    assert input_error("plan", "-f", str(repo / "examples/auto.yaml"), "--nodes", path) == (
+        f"{path}: no such file or directory"
+    )
+
+
+def test_a_directory_is_read_like_kubectl_apply(tmp_path: Path) -> None:
+    (tmp_path / "b.yml").write_text(VALID.replace("name: chat", "name: second"))
+    (tmp_path / "a.yaml").write_text(VALID)
+    (tmp_path / "notes.txt").write_text("not a manifest: [")
+    code, out, err = run_cli("plan", "-f", str(tmp_path))
+    assert (code, err) == (0, "")
+    plans = json.loads(out)
+    assert [p["accelerator"] for p in plans] == ["t4", "t4"]
+    code, out, err = run_cli("render", "-f", str(tmp_path))
+    assert code == 0, err
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out) if d["kind"] == "Deployment"] == [
+        "chat",
+        "second",
+    ]
+
+
+def test_a_directory_without_manifests_says_so(tmp_path: Path) -> None:
+    (tmp_path / "readme.md").write_text("#")
+    assert input_error("plan", "-f", str(tmp_path)) == (
+        f"{tmp_path}: a directory with no .yaml, .yml, .json files"
+    )
+
+
+def test_an_error_in_a_directory_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    bad = write(tmp_path, "b.yaml", VALID.replace("type: t4", "type: [t4]"))
+    line = input_error("plan", "-f", str(tmp_path))
+    assert line.startswith(f"{bad}: spec.accelerator.type: ")
+
+
+def test_help_explains_stdin_and_directories(repo: Path) -> None:
+    done = cli("plan", "--help", cwd=repo)
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "or - to read standard input" in text
+    assert "a directory (its *.yaml, *.yml and *.json files, as kubectl apply -f DIR reads them" in text
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "problem"),
+    [
+        ("metadata: [a]\nspec: {model: {name: m}}", "metadata", "expected a mapping, got a list"),
+        ("metadata: {name: 123}\nspec: {model: {name: m}}", "metadata.name", "DNS-1035 label"),
+        ("metadata: {name: x}\nspec: [a]", "spec", "expected a mapping, got a list"),
+        ("metadata: {name: x}\nspec: hello", "spec", "expected a mapping, got a string"),
+        ("metadata: {name: x}\nspec: {model: m}", "spec.model", "valid dictionary"),
+        ("metadata: {name: x}\nspec: {model: {name: [m]}}", "spec.model.name", "valid string"),
+        ("metadata: {name: x}\nspec: {model: {name: m}, engine: 1}", "spec.engine", "valid dictionary"),
+        (
+            "metadata: {name: x}\nspec: {model: {name: m}, autoscaling: {slo: []}}",
+            "spec.autoscaling.slo",
+            "valid dictionary",
+        ),
+        (
+            "metadata: {name: x, labels: [a]}\nspec: {model: {name: m}}",
+            "metadata.labels",
+            "valid dictionary",
+        ),
+        (
+            "metadata: {name: x}\nspec: {model: {name: meta-llama/Llama-3.2-1B}, engine: {extraArgs: [--port, '1']}}",
+            "spec.engine.extraArgs[0]",
+            "set by the operator",
+        ),
+    ],
+)
+def test_a_wrong_type_names_the_field(tmp_path: Path, document: str, field: str, problem: str) -> None:
+    header = "apiVersion: serving.llama-operator.dev/v1alpha1\nkind: LlamaService\n"
+    path = write(tmp_path, "svc.yaml", header + document + "\n")
+    line = input_error("render", "-f", path)
+    assert line.startswith(f"{path}: {field}")
+    assert problem in line
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("[a, b]\n", "a manifest must be a mapping (apiVersion, kind, ...), not a list"),
+        ("just text\n", "a manifest must be a mapping (apiVersion, kind, ...), not a str ('just text')"),
+        ("kind: Service\n", "no LlamaService found (kind: LlamaService)"),
+        ("", "no LlamaService found (kind: LlamaService)"),
+    ],
+)
+def test_documents_that_are_not_llamaservices(tmp_path: Path, content: str, problem: str) -> None:
+    path = write(tmp_path, "doc.yaml", content)
+    assert input_error("plan", "-f", path) == f"{path}: {problem}"
+
+
+def test_the_document_is_named_in_a_multi_document_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "two.yaml", VALID + "---\n" + VALID.replace("name: chat", "name: Chat"))
+    assert input_error("plan", "-f", path).startswith(f"{path}: document 2: metadata.name must be")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("spec: " + "[" * 600 + "]" * 600, "5:106: invalid YAML: nested deeper than 100 levels"),
+        ("spec:\n" + "".join(" " * i + "a:\n" for i in range(600)), "105:100: invalid YAML: nested deeper"),
+        ("spec: &a [*a]", "5:11: invalid YAML: alias *a refers to a node that contains it"),
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}' if i else '*a'] * 10)}]\n" for i in range(9)),
+            "1:1: invalid YAML: aliases expand this document to 12345679039 nodes",
+        ),
+    ],
+)
+def test_nesting_and_alias_bombs_are_input_errors(tmp_path: Path, content: str, problem: str) -> None:
+    path = write(tmp_path, "bomb.yaml", VALID + content + "\n")
+    assert input_error("plan", "-f", path).startswith(f"{path}:{problem}")
+
+
+def test_yaml_dates_are_strings_as_in_kubectl(tmp_path: Path) -> None:
+    # kubectl sends JSON, which has no dates: `revision: 2024-01-01` is the string the user meant.
+    manifest = VALID.replace("Llama-3.2-1B-Instruct}", "Llama-3.2-1B-Instruct, revision: 2024-01-01}")
+    code, out, err = run_cli("plan", "-f", write(tmp_path, "rev.yaml", manifest))
+    assert (code, err) == (0, "")
+    args = json.loads(out)["vllmArgs"]
+    assert args[args.index("--revision") + 1] == "2024-01-01"
+
+
+def test_a_kind_list_is_read_as_its_items(tmp_path: Path) -> None:
+    items = yaml.safe_load(VALID)
+    path = write(
+        tmp_path, "list.yaml", yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [items]})
+    )
+    code, out, err = run_cli("plan", "-f", path)
+    assert (code, err) == (0, "")
+    assert json.loads(out)["accelerator"] == "t4"
+
+
+def test_node_inventory_of_the_wrong_shape_is_an_input_error(tmp_path: Path, repo: Path) -> None:
+    nodes = write(tmp_path, "node.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: [a]}\n")
+    assert input_error("plan", "-f", str(repo / "examples/auto.yaml"), "--nodes", nodes) == (
+        f"{nodes}: Node metadata.labels must map names to strings"
+    )
+
+
+def test_stdin_is_named_in_errors(repo: Path) -> None:
+    done = cli("plan", "-f", "-", stdin="kind: [", cwd=repo)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: <stdin>:1:")
+    assert done.stderr.count("\n") == 1
+
+
+def test_an_internal_error_exits_70_with_one_line() -> None:
+    # A command run without the options the parser gives it: a programming error, not the user's.
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run_command(argparse.Namespace(func=cmd_plan, debug=False))
+    assert code == EXIT_INTERNAL_ERROR == 70
+    assert err.getvalue() == (
+        "llama-operator: internal error: AttributeError: 'Namespace' object has no attribute 'nodes' "
+        "(rerun with --debug for the traceback)\n"
+    )
+
+
+def test_debug_shows_the_traceback_of_an_internal_error() -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run_command(argparse.Namespace(func=cmd_plan, debug=True))
+    assert code == 70
+    assert err.getvalue().startswith("Traceback (most recent call last):")
+    assert err.getvalue().endswith("(rerun with --debug for the traceback)\n")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_is_accepted_before_and_after_the_command(tmp_path: Path, where: str) -> None:
+    path = write(tmp_path, "svc.yaml", VALID)
+    args = ["--debug", "plan", "-f", path] if where == "before" else ["plan", "-f", path, "--debug"]
+    code, _, err = run_cli(*args)
+    assert (code, err) == (0, "")
+    assert build_parser().parse_args(args).debug is True
+    assert build_parser().parse_args(["plan", "-f", path]).debug is False
+
+
+def test_a_user_error_under_debug_stays_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "svc.yaml", VALID.replace("type: t4", "type: x"))
+    code, _, err = run_cli("--debug", "plan", "-f", path)
+    assert code == 1
+    assert err.count("\n") == 1
+
+
+def test_version_prints_the_package_version(repo: Path) -> None:
+    done = cli("--version", cwd=repo)
+    assert done.returncode == 0
+    assert done.stdout == f"llama-operator {package_metadata.version('llama-operator')}\n"
+
+
+def test_render_output_has_no_yaml_anchors(repo: Path) -> None:
+    for example in sorted((repo / "examples").glob("*.yaml")):
+        code, out, err = run_cli(
+            "render", "-f", str(example), "--pod-monitor", "--nodes", str(repo / "e2e/nodes")
+        )
+        assert code == 0, err
+        assert "&id" not in out
+        assert "*id" not in out
+
+
+def test_shared_objects_are_written_out_each_time() -> None:
+    labels = {"app": "chat"}
+    text = dump_yaml([{"metadata": {"labels": labels}, "selector": labels}])
+    assert text == "---\nmetadata:\n  labels:\n    app: chat\nselector:\n  app: chat\n"

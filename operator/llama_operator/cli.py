@@ -30,6 +30,7 @@ from llama_operator.sim.commands import register as register_simulator_commands
 EXIT_INPUT_ERROR = 1
 EXIT_INTERNAL_ERROR = 70
 EXIT_INTERRUPTED = 130
+INTERNAL_MESSAGE_LENGTH = 300
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -248,8 +249,9 @@ def _llamaservices(path: str) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def _with_uid(doc: dict[str, Any]) -> dict[str, Any]:
-    # Offline rendering has no stored object; a stand-in uid keeps owner references well-formed.
+def with_stand_in_uid(doc: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with a uid derived from its namespace and name, for a manifest parse_llamaservice
+    accepted. Offline rendering has no stored object; a stand-in uid keeps owner references well-formed."""
     meta = {"namespace": "default", **(doc.get("metadata") or {})}
     if not meta.get("uid"):
         meta["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{meta['namespace']}/{meta['name']}"))
@@ -287,7 +289,7 @@ def _planned(args: argparse.Namespace, *, with_uid: bool) -> Iterator[tuple[Any,
     for where, doc in _llamaservices(args.file):
         try:
             parse_llamaservice(doc)
-            yield plan_llamaservice(_with_uid(doc) if with_uid else doc, settings, inventory)
+            yield plan_llamaservice(with_stand_in_uid(doc) if with_uid else doc, settings, inventory)
         except (InvalidSpecError, PlanningError) as err:
             raise ManifestError(where, err) from None
 
@@ -392,19 +394,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.kopf_args = unknown
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command: a user's error is one line and status 1; anything else is a bug of ours,
+    one line and status 70, with the traceback under --debug."""
     try:
         code: int = args.func(args)
     except (InputError, ManifestError) as err:
         sys.stderr.write(f"error: {err}\n")
         return EXIT_INPUT_ERROR
+    except OSError as err:  # a file another command reads or writes (a trace, --out): the environment's
+        sys.stderr.write(f"error: {err}\n")
+        return EXIT_INPUT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as err:
-        # Anything else is a bug of ours, not the user's input: say so, and keep the traceback for --debug.
-        if args.debug:
+        if getattr(args, "debug", False):
             traceback.print_exc()
+        message = " ".join(str(err).split())  # one line, whatever the exception says
+        if len(message) > INTERNAL_MESSAGE_LENGTH:
+            message = message[:INTERNAL_MESSAGE_LENGTH] + "..."
         sys.stderr.write(
-            f"llama-operator: internal error: {type(err).__name__}: {shown(str(err))} "
+            f"llama-operator: internal error: {type(err).__name__}: {message} "
             "(rerun with --debug for the traceback)\n"
         )
         return EXIT_INTERNAL_ERROR

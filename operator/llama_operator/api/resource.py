@@ -89,6 +89,10 @@ def describe_validation_error(err: ValidationError, prefix: str) -> str:
         path = _field_path(tuple(e["loc"]))
         where = f"{prefix}.{path}" if path else prefix
         msg = e["msg"].removeprefix("Value error, ")
+        # A validator may quote the value it refuses: a huge one is shown cut short.
+        given = e.get("input")
+        if isinstance(given, str) and len(repr(given)) > SHOWN_VALUE_LENGTH:
+            msg = msg.replace(repr(given), shown(given))
         lines.append(f"{where}: {msg}")
     return "; ".join(dict.fromkeys(lines))
 
