@@ -332,6 +332,7 @@ def hostile_values() -> st.SearchStrategy[Any]:
         st.just(HUGE_STRING),
         st.sampled_from(NESTING_DEPTHS).map(deep_nesting),
         st.sampled_from((date(2024, 1, 1), datetime(2024, 1, 1, 12, 0), b"\xff\xfe bytes", b"ok")),
+        st.just({1: "a number as a key", 2.5: "x", None: "null key"}),
         extra_args(),
         st.lists(json_like(max_leaves=2), min_size=1, max_size=3),
     )
@@ -438,13 +439,20 @@ def _set(document: Any, path: Path_, value: Any) -> Any:
 
 
 def _delete(document: Any, path: Path_) -> None:
+    """Remove what `path` names, if it is there (an earlier mutation may have replaced a parent)."""
     parent = document
     for key in path[:-1]:
+        present = (isinstance(parent, dict) and key in parent) or (
+            isinstance(parent, list) and isinstance(key, int) and key < len(parent)
+        )
+        if not present:
+            return
         parent = parent[key]
+    last = path[-1]
     if isinstance(parent, dict):
-        parent.pop(path[-1], None)
-    elif isinstance(parent, list) and isinstance(path[-1], int):
-        del parent[path[-1]]
+        parent.pop(last, None)
+    elif isinstance(parent, list) and isinstance(last, int) and last < len(parent):
+        del parent[last]
 
 
 @st.composite
@@ -552,3 +560,44 @@ def manifest_files(draw: st.DrawFn) -> bytes:
             + data[at:]
         )
     return data
+
+
+NODES = tuple(yaml.safe_load(f.read_text()) for f in sorted(NODE_FOLDER.glob("*.yaml")))
+NODE_PATHS: tuple[Path_, ...] = (
+    ("metadata", "labels"),
+    ("metadata", "labels", "nvidia.com/gpu.product"),
+    ("metadata", "labels", "nvidia.com/gpu.memory"),
+    ("metadata", "labels", "nvidia.com/mig.config.state"),
+    ("metadata", "labels", "nvidia.com/mig-1g.10gb.memory"),
+    ("status", "allocatable"),
+    ("status", "allocatable", "nvidia.com/gpu"),
+    ("status", "allocatable", "nvidia.com/mig-1g.10gb"),
+    ("status", "allocatable", "cpu"),
+    ("status", "capacity"),
+    ("spec", "unschedulable"),
+    ("metadata", "name"),
+    ("metadata",),
+    ("status",),
+    ("spec",),
+    ("kind",),
+)
+
+
+@st.composite
+def node_files(draw: st.DrawFn) -> bytes:
+    """The bytes of a hand-written node inventory: the e2e Node manifests (one, or a kind: List of
+    them) with 1 to 3 values replaced or removed."""
+    nodes = copy.deepcopy(list(draw(st.lists(st.sampled_from(NODES), min_size=1, max_size=3))))
+    document: Any = {"apiVersion": "v1", "kind": "List", "items": nodes} if len(nodes) > 1 else nodes[0]
+    for _ in range(draw(st.integers(1, 3))):
+        # The fields the inventory reads, or any path at all.
+        node_path = draw(st.sampled_from(NODE_PATHS))
+        path = (*(("items", 0) if len(nodes) > 1 else ()), *node_path)
+        if draw(st.booleans()) and (paths := _paths(document)):
+            path = draw(st.sampled_from(paths))
+        if draw(st.booleans()):
+            _delete(document, path)
+        else:
+            values = draw(st.sampled_from((plausible_values(), hostile_values())))
+            document = _set(document, path, draw(values))
+    return _yaml_text(document).encode("utf-8", errors="surrogatepass")

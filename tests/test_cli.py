@@ -305,10 +305,21 @@ def test_a_kind_list_is_read_as_its_items(tmp_path: Path) -> None:
     assert json.loads(out)["accelerator"] == "t4"
 
 
-def test_node_inventory_of_the_wrong_shape_is_an_input_error(tmp_path: Path, repo: Path) -> None:
-    nodes = write(tmp_path, "node.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: [a]}\n")
-    assert input_error("plan", "-f", str(repo / "examples/auto.yaml"), "--nodes", nodes) == (
-        f"{nodes}: Node metadata.labels must map names to strings"
+@pytest.mark.parametrize(
+    ("node", "problem"),
+    [
+        ("metadata: {name: n, labels: [a]}", "Node metadata.labels must map names to strings"),
+        ("metadata: {name: n, labels: {a: 1}}", "Node metadata.labels must map names to strings"),
+        ("status: {allocatable: {1: 2}}", "Node status.allocatable must map resource names to quantities"),
+        ("status: [a]", "Node status must be a mapping"),
+    ],
+)
+def test_node_inventory_of_the_wrong_shape_is_an_input_error(
+    tmp_path: Path, repo: Path, node: str, problem: str
+) -> None:
+    nodes = write(tmp_path, "node.yaml", f"apiVersion: v1\nkind: Node\n{node}\n")
+    assert (
+        input_error("plan", "-f", str(repo / "examples/auto.yaml"), "--nodes", nodes) == f"{nodes}: {problem}"
     )
 
 

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -21,9 +20,8 @@ from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
-from tests.manifest_strategies import NODE_FOLDER, hostile_manifests, manifest_files
+from tests.manifest_strategies import NODE_FOLDER, NODES, REPO, hostile_manifests, manifest_files, node_files
 
-NODES = [yaml.safe_load(f.read_text()) for f in sorted(NODE_FOLDER.glob("*.yaml"))]
 INVENTORIES: tuple[Inventory | None, ...] = (None, inventory_from_nodes(NODES))
 FUZZ = settings(
     max_examples=2000,
@@ -85,3 +83,17 @@ def test_the_command_answers_every_file_with_0_or_one_line_and_1(data: bytes, co
         assert out == ""
         assert err.count("\n") == 1
         assert err.startswith(f"error: {manifest}")
+
+
+@settings(FUZZ, max_examples=200)
+@given(data=node_files(), example=st.sampled_from(sorted((REPO / "examples").glob("*.yaml"))))
+def test_the_command_answers_every_node_inventory_with_0_or_one_line_and_1(
+    data: bytes, example: Path
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        nodes = Path(folder) / "nodes.yaml"
+        nodes.write_bytes(data)
+        code, out, err = run_cli("plan", "-f", str(example), "--nodes", str(nodes))
+    assert code in {0, 1}, err
+    assert (out != "") == (code == 0)
+    assert err.count("\n") == (code == 1)

@@ -218,14 +218,16 @@ def _check_node(where: str, node: dict[str, Any]) -> None:
     for field in ("metadata", "spec", "status"):
         if not isinstance(node.get(field) or {}, dict):
             raise InputError(f"{where}: Node {field} must be a mapping")
-    metadata = node.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
         raise InputError(f"{where}: Node metadata.labels must map names to strings")
     status = node.get("status") or {}
     for field in ("allocatable", "capacity"):
-        if not isinstance(status.get(field) or {}, dict):
-            raise InputError(f"{where}: Node status.{field} must be a mapping")
+        counts = status.get(field) or {}
+        if not isinstance(counts, dict) or not all(isinstance(k, str) for k in counts):
+            raise InputError(f"{where}: Node status.{field} must map resource names to quantities")
 
 
 def _load_inventory(paths: Sequence[str] | None) -> Inventory | None:

@@ -9,7 +9,7 @@ import yaml
 
 from llama_operator.api.spec import AcceleratorType
 from llama_operator.catalog.accelerators import MIB
-from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.planning.inventory import SkippedNode, inventory_from_nodes
 from tests.planning.builders import gpu_node, mig_mixed_node, mig_single_node, node
 
 NODE_MANIFESTS = Path(__file__).resolve().parents[2] / "e2e" / "nodes"
@@ -99,3 +99,13 @@ def test_e2e_node_manifests() -> None:
     ]
     assert set(pending) <= skipped
     assert not {o.node for o in inventory.offers} & set(pending)
+
+
+@pytest.mark.parametrize("count", ["inf", "1e400", "-inf", "nan", "²m", "9" * 400])
+def test_an_allocatable_count_that_is_no_whole_number_offers_nothing(count: str) -> None:
+    # Hand-written inventories (`plan --nodes`) are not checked by an API server.
+    inventory = inventory_from_nodes(
+        [node("odd", {"nvidia.com/gpu.product": "Tesla-T4"}, {"nvidia.com/gpu": count})]
+    )
+    assert inventory.offers == ()
+    assert inventory.skipped == (SkippedNode(node="odd", reason="Tesla-T4 with nothing allocatable"),)

@@ -103,11 +103,12 @@ class Inventory:
 def _quantity_int(value: Any) -> int:
     """Integer of a Kubernetes quantity as found in allocatable ('4', 4, '3500m', '8Gi' -> whole units)."""
     text = str(value).strip()
-    if text.endswith("m") and text[:-1].isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+    if text.endswith("m") and text[:-1].isascii() and text[:-1].isdigit():
         return int(text[:-1]) // 1000
     try:
         return int(float(text))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or 'inf' / '1e400' from a hand-written file
         return 0
 
 
