@@ -39,8 +39,8 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 # Manifests are a few levels deep; a limit far below Python's recursion limit turns a hostile nesting
 # into an error that names the line instead of a RecursionError.
 MAX_NESTING = 100
-# Aliases may repeat nodes, not multiply them ("billion laughs"): the same rule as go-yaml, which kubectl
-# uses: a document may expand to 10x its own nodes, and always to this many.
+# Aliases may repeat nodes, not multiply them ("billion laughs"). Like go-yaml's guard (kubectl's YAML
+# library), in a simpler form: a document may expand to 10x its own nodes, and always to 400,000.
 ALIAS_EXPANSION_ALLOWANCE = 400_000
 ALIAS_EXPANSION_RATIO = 10
 
