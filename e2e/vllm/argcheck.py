@@ -93,10 +93,11 @@ class Checker:
         for token in argv:
             if not token.startswith("-") or token[1:2].isdigit() or token.startswith("-O"):
                 continue
-            name = token.split("=", 1)[0]
+            # FlexibleArgumentParser turns `--flag.key` and `-f.key` into the flag with a JSON object, and
+            # reads `_` as `-` in long names.
+            name = token.split("=", 1)[0].split(".", 1)[0]
             if name.startswith("--"):
-                head = name.split(".", 1)[0]
-                name = head[:2] + head[2:].replace("_", "-")
+                name = "--" + name[2:].replace("_", "-")
             if name not in self._options:
                 return f"{name} is not a whole option name of the parser (an abbreviation, or unknown)"
         return None

@@ -6,74 +6,170 @@ Runs under the cached vllm venv's python (see install.sh), as `make vllm-flags` 
 
 The operator image does not ship vLLM: the planner checks `spec.engine.extraArgs` against this file
 (planning/extra_args.py). CI regenerates it and fails on drift (tests/vllm_args/test_flag_contract.py).
+
+Per flag: every option string (aliases included), the parser's `dest`, whether it takes a value and how
+many (nargs), the value's type as the parser converts it, whether '' / 'None' mean "unset", choices, the
+keys a structured config flag takes (`--compilation-config.mode 3` or a JSON object; FlexibleArgumentParser
+turns `--flag.key value` into `--flag '{"key": value}'`), and the numeric bounds its config field declares.
 """
 
 # ruff: noqa: PLC0415  (vllm is imported only after the environment below is set)
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import inspect
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-# Parsers of vLLM's own that take free-form or structured text: checked loosely, never rejected here.
+# The converters vLLM's parser uses, by function name, as the contract's type names.
 _NAMED_TYPES = {
     "int": "int",
     "float": "float",
     "str": "str",
-    "parse_dataclass": "json",
-    "loads": "json",
-    "union_dict_and_str": "json-or-str",
+    "parse_dataclass": "json",  # a JSON object of a config dataclass's fields
+    "loads": "json-value",  # any JSON value (json.loads)
+    "union_dict_and_str": "json-or-str",  # a JSON object when it looks like one, else a string
     "human_readable_int": "human-int",  # 4096, 4k (x1000) or 4K (x1024)
     "human_readable_int_or_auto": "human-int-or-auto",
 }
+# What a converter vLLM builds inline (a lambda) does to a probe tells what it is: only one kind is known.
+_LOWER_SNAKE_PROBE = ("Probe-Value", "probe_value")
 
 
-def _value_type(action: argparse.Action) -> tuple[str, bool]:
-    """(type, whether 'None' and '' are accepted as 'unset')."""
-    kind: Any = action.type
-    if kind is None:
-        return "str", False
-    name = getattr(kind, "__name__", type(kind).__name__)
-    if name == "_optional_type":  # vllm.utils.argparse_utils.optional_type(return_type)
-        inner = next((c.cell_contents for c in kind.__closure__ or () if callable(c.cell_contents)), None)
-        return _NAMED_TYPES.get(getattr(inner, "__name__", "str"), "any"), True
-    return _NAMED_TYPES.get(name, "any"), False
+@dataclasses.dataclass(frozen=True)
+class ValueType:
+    name: str
+    none_allowed: bool = False  # '' and 'None' parse as None (vllm's optional_type)
+    fields: list[str] | None = None
+    required: list[str] | None = None  # the keys a JSON object must have
+    choices: list[str] | None = None  # when vLLM checks them after parsing, not the parser
 
 
-def _fields(action: argparse.Action) -> list[str] | None:
-    """The keys a structured config flag takes (its dataclass's fields), for `--flag.key` and JSON."""
-    kind: Any = action.type
-    if getattr(kind, "__name__", "") != "parse_dataclass" or not kind.__defaults__:
-        return None
-    cls = kind.__defaults__[0]
+def _closure_callable(function: Any) -> Callable[..., Any] | None:
+    cells = function.__closure__ or ()
+    return next((c.cell_contents for c in cells if callable(c.cell_contents)), None)
+
+
+def _value_type(converter: Any) -> ValueType:
+    """What the parser does with a value, unwrapping vllm's optional_type and parse_type wrappers."""
+    if converter is None:
+        return ValueType("str")
+    name = getattr(converter, "__name__", type(converter).__name__)
+    if name in {"_optional_type", "_parse_type"}:
+        inner = _value_type(_closure_callable(converter))
+        return dataclasses.replace(inner, none_allowed=inner.none_allowed or name == "_optional_type")
+    if name == "parse_dataclass":
+        return ValueType("json", fields=_dataclass_fields(converter))
+    if name == "<lambda>":
+        try:
+            probed = converter(_LOWER_SNAKE_PROBE[0])
+        except Exception:
+            probed = None
+        return ValueType("lower-snake" if probed == _LOWER_SNAKE_PROBE[1] else "any")
+    return ValueType(_NAMED_TYPES.get(name, "any"))
+
+
+def _dataclass_fields(parse_dataclass: Any) -> list[str] | None:
+    """The keys a structured config flag takes: its dataclass's fields (parse_dataclass's `cls` default)."""
+    cls = (parse_dataclass.__defaults__ or (None,))[0]
     return sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
-def describe(action: argparse.Action) -> dict[str, Any]:
+def _field_bounds(dests: set[str]) -> dict[str, dict[str, float]]:
+    """Numeric bounds (pydantic Gt/Ge/Lt/Le) of the config fields the flags fill, by field name.
+
+    A name that config classes bound differently is left unbounded: the flag feeds one of them only."""
+    import annotated_types
+    import vllm.config
+
+    found: dict[str, set[tuple[tuple[str, float], ...]]] = collections.defaultdict(set)
+    for _, cls in inspect.getmembers(vllm.config, inspect.isclass):
+        for field_name, info in (getattr(cls, "__pydantic_fields__", None) or {}).items():
+            if field_name not in dests:
+                continue
+            bounds: dict[str, float] = {}
+            for item in info.metadata:
+                for kind, attribute in (
+                    (annotated_types.Gt, "gt"),
+                    (annotated_types.Ge, "ge"),
+                    (annotated_types.Lt, "lt"),
+                    (annotated_types.Le, "le"),
+                ):
+                    if isinstance(item, kind):
+                        bounds[attribute] = getattr(item, attribute)
+            found[field_name].add(tuple(sorted(bounds.items())))
+    return {
+        name: dict(next(iter(sets))) for name, sets in found.items() if len(sets) == 1 and next(iter(sets))
+    }
+
+
+def _attention_backends() -> ValueType:
+    """--attention-backend is a plain string to the parser; AttentionConfig.validate_backend_before then
+    looks it up, upper-cased, in AttentionBackendEnum ("auto" meaning none)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return ValueType(
+        "upper-choice", none_allowed=True, choices=[*(b.name for b in AttentionBackendEnum), "AUTO"]
+    )
+
+
+def _lora_modules() -> ValueType:
+    """--lora-modules items are `name=path` or a JSON object of LoRAModulePath (LoRAParserAction)."""
+    from vllm.entrypoints.openai.models.protocol import LoRAModulePath
+
+    fields = dataclasses.fields(LoRAModulePath)
+    return ValueType(
+        "lora-module",
+        fields=sorted(f.name for f in fields),
+        required=sorted(
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ),
+    )
+
+
+def describe(action: argparse.Action, bounds: dict[str, dict[str, float]]) -> dict[str, Any]:
     takes_value = action.nargs != 0 and not isinstance(
         action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
     )
-    value_type, optional = _value_type(action) if takes_value else ("none", False)
+    # What vLLM checks after parsing, for the two flags whose checks are their own.
+    if action.dest == "attention_backend":
+        value_type = _attention_backends()
+    elif type(action).__name__ == "LoRAParserAction":
+        value_type = _lora_modules()
+    else:
+        value_type = _value_type(action.type) if takes_value else ValueType("none")
     nargs = (
         action.nargs if isinstance(action.nargs, (int, str)) or action.nargs is None else str(action.nargs)
     )
-    choices = sorted(str(c) for c in action.choices) if action.choices is not None else None
+    # None among choices is the unset default, not a value one can type.
+    choices = (
+        sorted(str(c) for c in action.choices if c is not None)
+        if action.choices is not None
+        else value_type.choices and sorted(value_type.choices)
+    )
+    numeric = value_type.name in {"int", "float", "human-int", "human-int-or-auto"}
     return {
         "names": list(action.option_strings),
         "dest": action.dest,
         "takes_value": takes_value,
         "nargs": nargs,
-        "type": value_type,
-        "none_allowed": optional,
+        "type": value_type.name,
+        "none_allowed": value_type.none_allowed,
         "choices": choices,
         "negatable": isinstance(action, argparse.BooleanOptionalAction),
-        "fields": _fields(action),
+        "fields": value_type.fields,
+        "required": value_type.required,
+        "bounds": bounds.get(action.dest) if numeric else None,
     }
 
 
@@ -84,7 +180,9 @@ def main() -> int:
     import vllm
 
     parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
-    flags = sorted((describe(a) for a in parser._actions if a.option_strings), key=lambda f: f["dest"])
+    actions = [a for a in parser._actions if a.option_strings]
+    bounds = _field_bounds({a.dest for a in actions})
+    flags = sorted((describe(a, bounds) for a in actions), key=lambda f: f["dest"])
     json.dump(
         {"vllm": getattr(vllm, "__version__", "?"), "flags": flags}, sys.stdout, indent=1, sort_keys=True
     )

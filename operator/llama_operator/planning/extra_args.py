@@ -3,8 +3,9 @@
 
 vLLM's parser accepts unique abbreviations (`--por` for `--port`) and dotted sub-keys (`--model.x`);
 both would let a tenant override what the operator sets. Here only full names pass, values are checked
-for type and choices, and the flags the operator owns, and flags that carry secrets, are refused with
-the field to use instead.
+for type, choices and bounds, and the flags the operator owns, and flags that carry secrets, are refused
+with the field to use instead. Whatever the real parser refuses, this refuses too
+(tests/vllm_args/test_flag_contract.py); it is stricter where vLLM would quietly do something else.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,7 +21,9 @@ from typing import Any
 
 from llama_operator.planning.errors import PlanningError
 
-# Flags the operator sets (by the parser's `dest`, so every alias is covered), with what to do instead.
+# Flags the operator sets or depends on (by the parser's `dest`, so every alias and dotted sub-key is
+# covered), with what to do instead. tests/planning/test_extra_args.py checks that every flag in every
+# argument list the planner and the pod builder emit is here or in PLANNER_DEFAULTS.
 OWNED_FLAGS: dict[str, str] = {
     "model": "set spec.model.name",
     "served_model_name": "set spec.model.servedName",
@@ -40,27 +43,50 @@ OWNED_FLAGS: dict[str, str] = {
     "download_dir": "set spec.model.cache (mounted at the operator's cache path)",
     "revision": "set spec.model.revision",
     "config": "a config file would override flags the operator sizes; pass flags individually",
+    # vLLM 0.32 has no shutdown-mode flag: SIGTERM drains for --shutdown-timeout seconds.
     "shutdown_timeout": "the operator derives it from the pod's termination grace period",
     "help": "it prints and exits: the server would never start; see `vllm serve --help` locally",
+}
+# Flags the planner sets only when extraArgs does not (it reads them from extraArgs instead).
+PLANNER_DEFAULTS: dict[str, str] = {
+    "attention_backend": "the planner picks one on GPUs without FlashAttention-2 unless extraArgs names one",
 }
 # Flags whose value is a secret, by dest: a value in extraArgs would be stored in the LlamaService.
 SECRET_FLAGS: dict[str, str] = {
     "hf_token": "set spec.model.tokenSecretRef (a Secret key, exposed to vLLM as HF_TOKEN)",
     "api_key": "set spec.engine.apiKeySecretRef (a Secret key, exposed to vLLM as VLLM_API_KEY)",
 }
-# Any other flag whose name ends in one of these words is taken to carry a secret (the CRD refuses it too).
+SECRET_FIX = "keep secrets in a Secret: spec.model.tokenSecretRef, spec.engine.apiKeySecretRef"
+# Any other flag, sub-key or JSON key whose name ends in one of these words is taken to carry a secret.
 SECRET_NAME = re.compile(r"(?:^|[-_.])(token|key|secret|password|passwd|apikey)$", re.IGNORECASE)
+# Flags the parser takes but the pod cannot run with, by dest.
+UNUSABLE_FLAGS: dict[str, str] = {
+    "grpc_port": "vLLM serves gRPC only with VLLM_USE_RUST_FRONTEND=1, which the operator's pod does not set",
+}
 # Names that are not vLLM server flags but read as such, with what they would do.
 _NOT_SERVER_FLAGS = {"--version": "it prints and exits: the server would never start"}
 
 OPTIMIZATION_LEVEL = "--optimization-level"
+_SPACED_OPTIMIZATION_LEVELS = frozenset({"0", "1", "2", "3"})
 KV_CACHE_DTYPE = "kv_cache_dtype"
 ATTENTION_BACKEND = "attention_backend"
+ATTENTION_CONFIG = "attention_config"
 NUM_GPU_BLOCKS_OVERRIDE = "num_gpu_blocks_override"
 
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
-_FLAG_NAME = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_HUMAN_INT = re.compile(r"^(\d+|\d+(\.\d+)?[kmgt]|\d+[KMGT])$")
+_INT = re.compile(r"^-?\d+$")
+_FLAG_NAME = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.\-]*\+?$")
+# vllm.utils.argparse_utils.human_readable_int: 4096, 25.6k / 1m (x1000), 4K / 1M (x1024, whole numbers).
+_HUMAN_INT = re.compile(
+    r"^(?:(?P<plain>-?\d+)|(?P<dec>\d+(?:\.\d+)?)(?P<ds>[kmgt])|(?P<bin>\d+)(?P<bs>[KMGT]))$"
+)
+_DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# union_dict_and_str reads a value shaped like a JSON object as JSON, anything else as a string.
+_LOOKS_LIKE_OBJECT = re.compile(r"(?s)^\s*{.*}\s*$")
+# Types whose value may be a JSON object, so that `--flag.key value` (FlexibleArgumentParser) applies.
+_STRUCTURED_TYPES = frozenset({"json", "json-or-str", "json-value"})
+_JSON_OBJECT_TYPES = _STRUCTURED_TYPES | {"lora-module"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +99,8 @@ class Flag:
     none_allowed: bool
     choices: tuple[str, ...] | None
     fields: frozenset[str] | None = None  # the keys of a structured config (--flag.key, JSON objects)
+    bounds: Mapping[str, float] | None = None  # gt/ge/lt/le of the config field it fills
+    required: frozenset[str] | None = None  # the keys its JSON object must have
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,9 @@ class FlagContract:
 
     def lookup(self, name: str) -> Flag | None:
         return self.by_name.get(normalise(name))
+
+    def flags(self) -> list[Flag]:
+        return sorted({flag.dest: flag for flag in self.by_name.values()}.values(), key=lambda f: f.dest)
 
 
 @dataclass(frozen=True)
@@ -118,6 +149,8 @@ def flag_contract() -> FlagContract:
             none_allowed=bool(item["none_allowed"]),
             choices=tuple(item["choices"]) if item["choices"] is not None else None,
             fields=frozenset(item["fields"]) if item.get("fields") is not None else None,
+            bounds=dict(item["bounds"]) if item.get("bounds") else None,
+            required=frozenset(item["required"]) if item.get("required") is not None else None,
         )
         for name in flag.names:
             by_name[normalise(name)] = flag
@@ -135,41 +168,132 @@ def _unknown(name: str, where: str, contract: FlagContract) -> PlanningError:
     return PlanningError(f"{where}: {name} is not a flag of vLLM {contract.vllm_version}; {hint}")
 
 
-def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
-    if flag.none_allowed and value in {"", "None"}:
-        return
-    checks: dict[str, Callable[[str], bool]] = {
-        "int": lambda v: re.fullmatch(r"-?\d+", v) is not None,
-        "float": lambda v: _NUMBER.match(v) is not None,
-        "human-int": lambda v: _HUMAN_INT.match(v) is not None,
-        "human-int-or-auto": lambda v: v == "auto" or _HUMAN_INT.match(v) is not None,
-        "json": _is_json_object,
-    }
-    valid = checks.get(flag.type)
-    if flag.type == "json" and flag.fields is not None and _is_json_object(value):
-        unknown = sorted(set(json.loads(value)) - flag.fields)
-        if unknown:
-            raise PlanningError(
-                f"{where}: {name} has no key {unknown[0]!r}; its keys: {', '.join(sorted(flag.fields))}"
-            )
-    if valid is not None and not valid(value):
-        wanted = {
-            "int": "a whole number",
-            "float": "a number",
-            "human-int": "a whole number such as 8192 or 8k",
-            "human-int-or-auto": "a whole number such as 8192 or 8k, or auto",
-            "json": 'a JSON object such as {"key": 1}',
-        }[flag.type]
-        raise PlanningError(f"{where}: {name} needs {wanted}, got {value!r}")
-    if flag.choices is not None and value not in flag.choices:
-        raise PlanningError(f"{where}: {name} must be one of {', '.join(flag.choices)}; got {value!r}")
+def _human_int(text: str) -> int | None:
+    match = _HUMAN_INT.match(text)
+    if match is None:
+        return None
+    if match["plain"] is not None:
+        return int(match["plain"])
+    if match["dec"] is not None:
+        return int(float(match["dec"]) * _DECIMAL_SUFFIX[match["ds"]])
+    return int(match["bin"]) * _BINARY_SUFFIX[match["bs"]]
+
+
+def _json(text: str) -> tuple[bool, Any]:
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return False, None
 
 
 def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
+    parsed, value = _json(text)
+    return parsed and isinstance(value, dict)
+
+
+def _json_keys(value: Any) -> Iterator[str]:
+    """Every key of every object in a JSON value, however deep."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _json_keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _json_keys(item)
+
+
+def _number(flag: Flag, value: str) -> float | None:
+    """The value as a number when the flag's type is numeric and the value parses; else None."""
+    if flag.type == "int" and _INT.match(value):
+        return int(value)
+    if flag.type == "float" and _NUMBER.match(value):
+        return float(value)
+    if flag.type == "human-int":
+        return _human_int(value)
+    if flag.type == "human-int-or-auto":
+        return -1 if value.lower() == "auto" else _human_int(value)
+    return None
+
+
+_VALID: dict[str, Callable[[str], bool]] = {
+    "int": lambda v: _INT.match(v) is not None,
+    "float": lambda v: _NUMBER.match(v) is not None,
+    "human-int": lambda v: _human_int(v) is not None,
+    "human-int-or-auto": lambda v: v.lower() == "auto" or _human_int(v) is not None,
+    "json": _is_json_object,
+    "json-value": lambda v: _json(v)[0],
+    "json-or-str": lambda v: _LOOKS_LIKE_OBJECT.match(v) is None or _is_json_object(v),
+    # LoRAParserAction: `name=path`, or a JSON object (keys checked below).
+    "lora-module": lambda v: ("=" in v and "," not in v) or _is_json_object(v),
+}
+_WANTED = {
+    "int": "a whole number",
+    "float": "a number",
+    "human-int": "a whole number such as 8192 or 8k",
+    "human-int-or-auto": "a whole number such as 8192 or 8k, or auto",
+    "json": 'a JSON object such as {"key": 1}',
+    "json-value": 'a JSON value such as {"key": 1}, [1, 2] or 3',
+    "json-or-str": 'a JSON object such as {"key": 1}, or a string that does not start with "{"',
+    "lora-module": 'name=path or a JSON object such as {"name": "sql", "path": "/adapters/sql"}',
+}
+
+
+_BOUND_WORDS = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
+_BOUND_HOLDS: dict[str, Callable[[float, float], bool]] = {
+    "gt": lambda number, limit: number > limit,
+    "ge": lambda number, limit: number >= limit,
+    "lt": lambda number, limit: number < limit,
+    "le": lambda number, limit: number <= limit,
+}
+
+
+def _check_bounds(flag: Flag, name: str, number: float, where: str) -> None:
+    bounds = flag.bounds or {}
+    if all(_BOUND_HOLDS[kind](number, limit) for kind, limit in bounds.items()):
+        return
+    limits = " and ".join(f"{_BOUND_WORDS[kind]} {limit:g}" for kind, limit in sorted(bounds.items()))
+    raise PlanningError(f"{where}: {name} must be {limits}; got {number:g}")
+
+
+def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
+    if flag.none_allowed and value in {"", "None"}:
+        return
+    valid = _VALID.get(flag.type)
+    if valid is not None and not valid(value):
+        raise PlanningError(f"{where}: {name} needs {_WANTED[flag.type]}, got {value[:80]!r}")
+    parsed = _json(value)[1] if flag.type in _JSON_OBJECT_TYPES else None
+    _check_secret_keys(name, _json_keys(parsed), where)
+    if isinstance(parsed, dict):
+        unknown = sorted(set(parsed) - flag.fields) if flag.fields is not None else []
+        if unknown:
+            raise PlanningError(
+                f"{where}: {name} has no key {unknown[0]!r}; its keys: {', '.join(sorted(flag.fields or ()))}"
+            )
+        missing = sorted((flag.required or frozenset()) - set(parsed))
+        if missing:
+            raise PlanningError(f"{where}: {name} needs the keys {', '.join(missing)}")
+    if flag.choices is not None:
+        # vLLM normalises these before it compares (see e2e/vllm/flags.py).
+        normalisers: dict[str, Callable[[str], str]] = {
+            "lower-snake": lambda v: v.lower().replace("-", "_"),
+            "upper-choice": str.upper,
+        }
+        chosen = normalisers.get(flag.type, str)(value)
+        if chosen not in flag.choices:
+            close = difflib.get_close_matches(chosen, flag.choices, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise PlanningError(
+                f"{where}: {name} must be one of {', '.join(flag.choices)}; {hint}got {value[:80]!r}"
+            )
+    number = _number(flag, value)
+    if number is not None:
+        _check_bounds(flag, name, number, where)
+
+
+def _check_secret_keys(name: str, keys: Iterator[str], where: str) -> None:
+    for key in keys:
+        if SECRET_NAME.search(key):
+            raise PlanningError(f"{where}: {name} has a key {key!r} that carries a secret; {SECRET_FIX}")
 
 
 def _is_flag(token: str) -> bool:
@@ -188,6 +312,10 @@ def _value_count(flag: Flag) -> tuple[int, int | None]:
     return {"?": (0, 1), "*": (0, None), "+": (1, None)}.get(nargs, (1, 1))
 
 
+def _line_break(token: str) -> bool:
+    return any(c in token for c in "\n\r\0")
+
+
 def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
     """Check every item against the flag contract; raise PlanningError naming the item and the fix."""
     contract = flag_contract()
@@ -196,13 +324,20 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
     while index < len(extra_args):
         token = extra_args[index]
         where = f"spec.engine.extraArgs[{index}] {token[:80]!r}"
-        if token == "" or any(c in token for c in "\n\r\0"):
+        if token == "" or _line_break(token):
             raise PlanningError(f"{where} is empty or holds a line break; give one flag or value per item")
         if not _is_flag(token):
             raise PlanningError(
                 f"{where} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, "
                 "and a value must follow the flag that takes it"
             )
+        if token == "-O":
+            # vLLM rewrites `-O N` only for N in 0..3; a bare -O is no flag of its parser.
+            following = extra_args[index + 1] if index + 1 < len(extra_args) else ""
+            if following not in _SPACED_OPTIMIZATION_LEVELS:
+                raise PlanningError(
+                    f"{where}: -O takes 0, 1, 2 or 3 in the next item; write -O<level> or {OPTIMIZATION_LEVEL}"
+                )
         if token.startswith("-O") and not token.startswith("--"):
             # vLLM's parser rewrites -O3, -O=3 and -O 3 to --optimization-level 3.
             attached = token[3:] if token[2:3] == "=" else token[2:]
@@ -211,26 +346,29 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
         if not _FLAG_NAME.match(name):
             hint = " (put the flag and its value in separate items)" if " " in token else ""
             raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
-        base, dot, sub_key = normalise(name).partition(".")
         if name in _NOT_SERVER_FLAGS:
             raise PlanningError(f"{where}: {name} is refused: {_NOT_SERVER_FLAGS[name]}")
+        base, dot, sub_key = normalise(name).partition(".")
         flag = contract.lookup(base)
         if flag is None:
             raise _unknown(base, where, contract)
-        if flag.dest in SECRET_FLAGS or SECRET_NAME.search(name.lstrip("-")):
-            fix = SECRET_FLAGS.get(
-                flag.dest, "keep secrets in a Secret: spec.model.tokenSecretRef, spec.engine.apiKeySecretRef"
-            )
+        if flag.dest in SECRET_FLAGS or any(SECRET_NAME.search(part) for part in name.lstrip("-").split(".")):
+            fix = SECRET_FLAGS.get(flag.dest, SECRET_FIX)
             raise PlanningError(f"{where}: {base} carries a secret and is refused in extraArgs; {fix}")
         if flag.dest in OWNED_FLAGS:
             raise PlanningError(f"{where}: {base} is set by the operator; {OWNED_FLAGS[flag.dest]}")
-        if dot and flag.type not in {"json", "json-or-str", "any"}:
+        if flag.dest in UNUSABLE_FLAGS:
+            raise PlanningError(f"{where}: {base} is refused: {UNUSABLE_FLAGS[flag.dest]}")
+        if dot and flag.type not in _STRUCTURED_TYPES:
             raise PlanningError(f"{where}: {base} takes no sub-keys ({name})")
-        key = sub_key.split(".", 1)[0]
-        if dot and flag.fields is not None and key not in flag.fields:
-            close = difflib.get_close_matches(key, sorted(flag.fields), n=1)
+        # `--flag.key+ a,b` appends to a list (FlexibleArgumentParser); the key is what comes before `+`.
+        key = sub_key.split(".", 1)[0].removesuffix("+")
+        if dot and (not key or (flag.fields is not None and key not in flag.fields)):
+            close = difflib.get_close_matches(key, sorted(flag.fields or ()), n=1)
             hint = (
-                f"did you mean {base}.{close[0]}?" if close else f"its keys: {', '.join(sorted(flag.fields))}"
+                f"did you mean {base}.{close[0]}?"
+                if close
+                else f"its keys: {', '.join(sorted(flag.fields or ()))}"
             )
             raise PlanningError(f"{where}: {base} has no key {key!r}; {hint}")
         fewest, most = (1, 1) if dot else _value_count(flag)
@@ -244,9 +382,16 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
                 following = extra_args[index + 1]
                 if _is_flag(following) or following == "":
                     break
-                if any(c in following for c in "\n\r\0"):
+                if _line_break(following):
                     raise PlanningError(
                         f"spec.engine.extraArgs[{index + 1}] holds a line break; give one flag or value per item"
+                    )
+                if following.startswith("-") and "." in following and not dot:
+                    # FlexibleArgumentParser reads any item starting with '-' and holding a '.' as a
+                    # dotted flag, whatever precedes it.
+                    raise PlanningError(
+                        f"spec.engine.extraArgs[{index + 1}] {following[:80]!r}: vLLM would read it as a flag; "
+                        f"give it with = in one item ({base}={following[:80]})"
                     )
                 values.append(following)
                 index += 1
@@ -255,19 +400,40 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
         if not dot:
             for value in values:
                 _check_value(flag, base, value, where)
-        if values:
-            settings.setdefault(flag.dest, values[0])
+            if values:
+                settings.setdefault(flag.dest, values[0])
+        else:
+            _check_secret_keys(base, _json_keys(_json(values[0])[1]), where)
+            if flag.dest == ATTENTION_CONFIG and key == "backend" and values:
+                settings.setdefault("attention_config.backend", values[0])
         index += 1
+    return _interpreted(tuple(extra_args), settings)
 
+
+def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArgs:
+    """The settings among the extra arguments that the planner sizes or chooses by."""
     blocks_text = settings.get(NUM_GPU_BLOCKS_OVERRIDE)
     blocks: int | None = None
     if blocks_text not in (None, "", "None"):
         blocks = int(str(blocks_text))
         if blocks < 1:
             raise PlanningError("spec.engine.extraArgs: --num-gpu-blocks-override must be at least 1")
+    # The attention backend is one setting with two spellings; vLLM refuses both at once.
+    backend = settings.get(ATTENTION_BACKEND)
+    config_backend = settings.get("attention_config.backend")
+    config_text = settings.get(ATTENTION_CONFIG)
+    if config_backend is None and config_text is not None and _is_json_object(config_text):
+        config_value = json.loads(config_text).get("backend")
+        config_backend = str(config_value) if config_value is not None else None
+    if backend not in (None, "", "None") and config_backend is not None:
+        raise PlanningError(
+            "spec.engine.extraArgs: --attention-backend and --attention-config's backend are mutually "
+            "exclusive in vLLM; give one"
+        )
+    chosen = backend if backend not in (None, "", "None") else config_backend
     return ExtraArgs(
-        args=tuple(extra_args),
+        args=args,
         kv_cache_dtype=settings.get(KV_CACHE_DTYPE),
-        attention_backend=settings.get(ATTENTION_BACKEND),
+        attention_backend=chosen,
         num_gpu_blocks_override=blocks,
     )
