@@ -18,7 +18,7 @@ import pytest
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import MIG_PROFILES_BY_TYPE, AcceleratorType, DType, Quantization
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import parse_extra_args
+from llama_operator.planning.extra_args import flag_contract, parse_extra_args
 from llama_operator.reconcile.outcome import plan_llamaservice
 from tests.vllm_args.test_vllm_parser import REPO, VLLM_PYTHON, _require_vllm, check
 
@@ -51,7 +51,26 @@ HOSTILE: list[list[str]] = [
     ["--compilation-config.level", "3"],
     ["--compilation-config.mode", "3"],
     ["--long-prefill-token-threshold", "512"],
+    ["-ac.backend", "FLASH_ATTN"],
+    ["-ac.bogus", "1"],
+    ["--attention-backend", "FLASH_TURBO"],
+    ["--attention-backend", "FLASHINFER", "-ac.backend", "TRITON_ATTN"],
+    ["--block-size", "0"],
+    ["--lora-modules", "sql"],
+    ["--moe-backend", "Flashinfer-Cutlass"],
+    ["-O", "fast"],
+    ["--grpc-port", "50051"],
+    ["--kv-transfer-config.kv_conector", "x"],
 ]
+# What vLLM checks beyond its parser and the config fields, out of the contract's reach, with why. The
+# contract accepts these values; vLLM may refuse them when the server starts.
+BEYOND_THE_CONTRACT = {
+    "chat_template": "a template or a path inside the container: only the pod's filesystem can tell",
+    "pt_load_map_location": "a device name or a JSON object of device names: checked by LoadConfig",
+    "sse_keep_alive_interval": "checked by validate_parsed_serve_args, not by the parser nor a config bound",
+}
+# A wrong value of each type, and forms every flag must refuse, to try on every flag of the contract.
+WRONG_VALUES = ["x", "1.5", "-1", "", "None", "{", "[1]", '{"zz": 1}', "1k", "0", "1.5K"]
 
 
 def test_the_committed_contract_is_what_the_parser_says() -> None:
@@ -123,3 +142,68 @@ def test_every_enum_value_on_every_accelerator_plans_arguments_vllm_accepts() ->
     ]
     assert not failures, "vLLM rejects planned arguments:\n" + "\n".join(failures)
     print(f"\n{len(planned)} enum combinations planned and parsed, {refused} refused by the planner")
+
+
+def _every_flag_wrongly() -> list[list[str]]:
+    cases: list[list[str]] = []
+    for flag in flag_contract().flags():
+        name = next(n for n in flag.names if n.startswith("--"))
+        if not flag.takes_value:
+            cases += [[f"{name}=1"], [name, "1"]]
+            continue
+        cases += [[name, value] for value in WRONG_VALUES]
+        cases += [[name], [f"{name}.zz", "1"], [name[:-1], "1"]]
+    return cases
+
+
+def test_every_flag_given_wrongly_what_vllm_refuses_the_contract_refuses() -> None:
+    """Generated from the contract itself, so a flag added by a vLLM upgrade is tried too."""
+    cases = _every_flag_wrongly()
+    results = check([BASE + extra for extra in cases])
+    contract = flag_contract()
+    missed = [
+        f"{extra}: vLLM says {r['error'][:160]}"
+        for extra, r in zip(cases, results, strict=True)
+        if not r["ok"]
+        and not _refused(extra)
+        and (known := contract.lookup(extra[0].split("=", 1)[0].split(".", 1)[0])) is not None
+        and known.dest not in BEYOND_THE_CONTRACT
+    ]
+    assert not missed, f"{len(missed)} accepted by the contract, refused by vLLM:\n" + "\n".join(missed)
+
+
+def test_every_flag_given_rightly_the_contract_accepts_unless_the_operator_owns_it() -> None:
+    """The contract is no stricter than vLLM except where it means to be (owned, secret, unusable)."""
+    typical = {
+        "int": "1",
+        "float": "0.5",
+        "human-int": "8k",
+        "human-int-or-auto": "auto",
+        "json": "{}",
+        "json-value": "{}",
+        "json-or-str": "x",
+        "str": "x",
+        "any": "0",
+        "lora-module": "sql=/adapters/sql",
+    }
+    cases: list[list[str]] = []
+    for flag in flag_contract().flags():
+        name = next(n for n in flag.names if n.startswith("--"))
+        if not flag.takes_value:
+            cases.append([name])
+            continue
+        cases.append([name, flag.choices[0] if flag.choices else typical[flag.type]])
+        if flag.fields:
+            cases.append([f"{name}.{min(flag.fields)}=1"])
+    results = check([BASE + extra for extra in cases])
+    refused_on_purpose = ("set by the operator", "carries a secret", "is refused:")
+    too_strict = []
+    for extra, r in zip(cases, results, strict=True):
+        if not r["ok"]:
+            continue
+        try:
+            parse_extra_args(extra)
+        except PlanningError as error:
+            if not any(reason in str(error) for reason in refused_on_purpose):
+                too_strict.append(f"{extra}: {error}")
+    assert not too_strict, "vLLM accepts, the contract refuses:\n" + "\n".join(too_strict)
