@@ -353,3 +353,23 @@ def test_a_backend_in_attention_config_replaces_the_planners_on_a_t4() -> None:
 )
 def test_values_vllm_accepts_pass(args: list[str]) -> None:
     assert parse_extra_args(args).args == tuple(args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--hf-token=hf_LEAKED"],
+        ["--hf-token hf_LEAKED"],
+        ["--api-key", "hf_LEAKED"],
+        ["--api_key=hf_LEAKED"],
+        ['--kv-transfer-config={"api_key": "hf_LEAKED"}'],
+        ["--kv-transfer-config", '{"api_key": hf_LEAKED'],  # not JSON: not echoed either
+        ["--model-loader-extra-config", '{"token": "hf_LEAKED"}'],
+        ["--speculative-config", '{"draft": {"secret": "hf_LEAKED"}}'],
+    ],
+)
+def test_no_error_shows_a_secret_value(args: list[str]) -> None:
+    """Planning errors become status messages, Events and log lines."""
+    with pytest.raises(PlanningError) as error:
+        parse_extra_args(args)
+    assert "LEAKED" not in str(error.value)

@@ -260,7 +260,9 @@ def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
         return
     valid = _VALID.get(flag.type)
     if valid is not None and not valid(value):
-        raise PlanningError(f"{where}: {name} needs {_WANTED[flag.type]}, got {value[:80]!r}")
+        # A structured value is not echoed: it may hold a secret under a key this could not read.
+        got = "" if flag.type in _JSON_OBJECT_TYPES else f", got {value[:80]!r}"
+        raise PlanningError(f"{where}: {name} needs {_WANTED[flag.type]}{got}")
     parsed = _json(value)[1] if flag.type in _JSON_OBJECT_TYPES else None
     _check_secret_keys(name, _json_keys(parsed), where)
     if isinstance(parsed, dict):
@@ -323,12 +325,14 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
     index = 0
     while index < len(extra_args):
         token = extra_args[index]
-        where = f"spec.engine.extraArgs[{index}] {token[:80]!r}"
+        # An item is named by its index and, once known, its flag name: never by a value, which could be
+        # a secret that status, Events and logs must not show.
+        where = f"spec.engine.extraArgs[{index}]"
         if token == "" or _line_break(token):
             raise PlanningError(f"{where} is empty or holds a line break; give one flag or value per item")
         if not _is_flag(token):
             raise PlanningError(
-                f"{where} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, "
+                f"{where} {token[:80]!r} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, "
                 "and a value must follow the flag that takes it"
             )
         if token == "-O":
@@ -343,6 +347,7 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
             attached = token[3:] if token[2:3] == "=" else token[2:]
             token = f"{OPTIMIZATION_LEVEL}={attached}" if attached else OPTIMIZATION_LEVEL
         name, has_value, inline = token.partition("=")
+        where = f"spec.engine.extraArgs[{index}] {name.split(maxsplit=1)[0][:80]!r}"
         if not _FLAG_NAME.match(name):
             hint = " (put the flag and its value in separate items)" if " " in token else ""
             raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
