@@ -72,6 +72,9 @@ def _variants() -> list[dict[str, Any]]:
             "prefixCaching": False,
             "extraArgs": ["--max-num-batched-tokens", "4096", "--enable-chunked-prefill"],
         },
+        # The attention backend in attention_config's spelling: the planner must not add --attention-backend
+        # (vLLM refuses both at once), on a T4 least of all.
+        {"extraArgs": ["-ac.backend", "TRITON_ATTN", "--compilation-config.cudagraph_capture_sizes+", "1,2"]},
     ]
     for accel, engine in itertools.product(accelerators, engines):
         specs.append({"model": model, "accelerator": accel, "engine": engine})
