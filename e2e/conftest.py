@@ -100,3 +100,18 @@ def pod_monitor_crd(cluster: Cluster) -> Iterator[None]:
     if not existed:
         # Wait until it is gone: an operator started next must not see a kind that is on its way out.
         cluster.kubectl("delete", "crd", "podmonitors.monitoring.coreos.com", "--timeout=60s", check=False)
+
+
+@pytest.fixture(scope="module")
+def operator_with_pod_monitors(
+    cluster: Cluster, pod_monitor_crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator with the PodMonitor kind present, so that PodMonitors are among what it owns."""
+    proc = OperatorProcess(
+        cluster,
+        log_dir=tmp_path_factory.mktemp("operator"),
+        extra_env={"LLAMA_OPERATOR_POD_MONITOR": "always"},
+    )
+    proc.start()
+    yield proc
+    proc.stop()

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,8 @@ GROUP = "serving.llama-operator.dev"
 
 
 @pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, pod_monitor_crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={
-            "LLAMA_OPERATOR_POD_MONITOR": "always",
-            "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": "e2e-controller",
-        },
-    )
-    proc.start()
-    yield proc
-    proc.stop()
+def controller(operator_with_pod_monitors: OperatorProcess) -> OperatorProcess:
+    return operator_with_pod_monitors
 
 
 def llamaservice(name: str, **spec: Any) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,8 @@ OWNED_KINDS = ("service", "poddisruptionbudget", "deployment", "podmonitors.moni
 
 
 @pytest.fixture(scope="module")
-def tenant_operator(
-    cluster: Cluster, pod_monitor_crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={"LLAMA_OPERATOR_POD_MONITOR": "always"},
-    )
-    proc.start()
-    yield proc
-    proc.stop()
+def tenant_operator(operator_with_pod_monitors: OperatorProcess) -> OperatorProcess:
+    return operator_with_pod_monitors
 
 
 def tenant_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:

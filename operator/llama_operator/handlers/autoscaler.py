@@ -58,8 +58,6 @@ class CycleReport:
     queries: int = 0
     replica_writes: int = 0
     status_writes: int = 0
-    events: int = 0
-    decisions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -141,7 +139,6 @@ def autoscale_cycle(
             )
             report.replica_writes += 1
             message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
-            report.decisions.append(message)
             log.info("autoscaler: %s", message)
         for moved in condition_transitions(status, outcome.status_patch):
             log.info("autoscaler: %s/%s %s", namespace, name, moved)
@@ -155,7 +152,6 @@ def autoscale_cycle(
                 body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
             )
             log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
-            report.events += 1
     log.debug(
         "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes",
         report.services,

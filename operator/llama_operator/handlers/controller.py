@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import SERVICE_LABEL
-from llama_operator.handlers.autoscaler import AutoscalerMemory, CycleReport, autoscale_cycle
+from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.indexes import node_facts
 from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
 from llama_operator.infra.leader import LeaderElection
@@ -45,12 +45,9 @@ class Controller:
         self.generations: dict[Key, Any] = {}  # last generation enqueued per LlamaService
         self.node_facts: dict[str, str | None] = {}
         self.tasks: list[asyncio.Task[None]] = []
-        self.reconciles = 0
-        self.writes = 0
         # The autoscaler has a thread of its own: a backlog of reconciles never delays a scaling decision.
         self.autoscaler_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autoscaler")
         self.autoscaler_memory = AutoscalerMemory()
-        self.last_cycle: CycleReport | None = None
 
     @property
     def leading(self) -> bool:
@@ -81,8 +78,6 @@ class Controller:
                         reconcile_llamaservice, key, memo=self.memo, indexes=self.indexes, attempt=attempt
                     ),
                 )
-                self.reconciles += 1
-                self.writes += result.writes + int(result.status_written)
                 requeue = result.requeue_after
             except ApiException as err:
                 requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
@@ -111,7 +106,7 @@ class Controller:
             await self._wait_leading()
             started = loop.time()
             try:
-                self.last_cycle = await loop.run_in_executor(
+                await loop.run_in_executor(
                     self.autoscaler_pool,
                     functools.partial(
                         autoscale_cycle, self.memo, self.indexes, self.autoscaler_memory, now=time.time()

@@ -69,7 +69,6 @@ class LeaderElection:
         self.is_leader = False
         self.leading = asyncio.Event()  # set while this instance leads
         self._last_renewed = 0.0
-        self.transitions = 0  # times this instance became the leader
 
     # --- one round, synchronous (runs in a thread) ----------------------------------------------
     def _body(self, lease: Any | None, *, acquire: bool) -> dict[str, Any]:
@@ -136,7 +135,6 @@ class LeaderElection:
 
     def _set(self, leading: bool) -> None:
         if leading and not self.is_leader:
-            self.transitions += 1
             log.info("leader election: %s now leads (lease %s/%s)", self.identity, self.namespace, self.name)
             self.leading.set()
         elif not leading and self.is_leader:

@@ -18,6 +18,7 @@ from llama_operator.api.conditions import (
 )
 from llama_operator.autoscale.policy import Decision
 from llama_operator.autoscale.signals import Signals
+from llama_operator.reconcile.execution import Event
 
 
 def autoscaler_state(status: Mapping[str, Any] | None) -> AutoscalerState:
@@ -34,17 +35,10 @@ def autoscaler_state(status: Mapping[str, Any] | None) -> AutoscalerState:
 
 
 @dataclass(frozen=True)
-class EventToPost:
-    warning: bool
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class AutoscaleOutcome:
     replicas: int | None  # the Deployment's new spec.replicas, or None to leave it
     status_patch: dict[str, Any]
-    events: list[EventToPost]
+    events: list[Event]
 
 
 def autoscale_outcome(
@@ -58,7 +52,7 @@ def autoscale_outcome(
     now: datetime,
 ) -> AutoscaleOutcome:
     conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
-    events: list[EventToPost] = []
+    events: list[Event] = []
     current = signals.current_replicas
 
     def cond(type_: ConditionType, ok: ConditionStatus, reason: str, message: str) -> None:
@@ -82,7 +76,9 @@ def autoscale_outcome(
         )
         if was_active is None or was_active.status != ConditionStatus.FALSE:
             events.append(
-                EventToPost(True, "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind")
+                Event(
+                    "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind", warning=True
+                )
             )
     else:
         cond(
@@ -92,7 +88,9 @@ def autoscale_outcome(
             f"signals {signals.status.value}: {decision.reason}",
         )
         if was_active is not None and was_active.status == ConditionStatus.FALSE:
-            events.append(EventToPost(False, "MetricsRestored", "vLLM metrics are back; autoscaling resumed"))
+            events.append(
+                Event("MetricsRestored", "vLLM metrics are back; autoscaling resumed", warning=False)
+            )
 
     if decision.scaling_limited:
         cond(
@@ -140,7 +138,7 @@ def autoscale_outcome(
         last = ScalingDecision(
             time=rfc3339(now), from_replicas=current, to_replicas=replicas, reason=decision.reason
         ).to_wire()
-        events.append(EventToPost(False, "Scaled", f"{current} -> {replicas} replicas: {decision.reason}"))
+        events.append(Event("Scaled", f"{current} -> {replicas} replicas: {decision.reason}", warning=False))
 
     per_replica = signals.queue_waiting_total / signals.ready_replicas if signals.ready_replicas else None
     autoscaling: dict[str, Any] = {
