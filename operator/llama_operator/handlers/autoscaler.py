@@ -19,6 +19,7 @@ from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals
 from llama_operator.handlers.indexes import owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
+from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.infra.prometheus import PrometheusUnavailableError
 from llama_operator.reconcile.autoscaling import (
@@ -66,6 +67,7 @@ class AutoscalerMemory:
     stays the durable copy: after a restart the policy resumes from it."""
 
     states: dict[ServiceKey, tuple[str, AutoscalerState]] = field(default_factory=dict)
+    written: WrittenStatus = field(default_factory=WrittenStatus)  # shared with the reconcile workers
 
     def state(self, key: ServiceKey, uid: str, status: Any) -> AutoscalerState:
         cached = self.states.get(key)
@@ -115,9 +117,9 @@ def autoscale_cycle(
             starting_replicas=view.starting_replicas,
             current_replicas=view.current_replicas,
         )
-        decision = decide(spec.autoscaling, seen, memory.state(key, uid, body.get("status")), now)
+        status = memory.written.current(key, body)
+        decision = decide(spec.autoscaling, seen, memory.state(key, uid, status), now)
         memory.states[key] = (uid, decision.state)
-        status = body.get("status") or {}
         outcome = autoscale_outcome(
             status,
             decision,
@@ -145,7 +147,13 @@ def autoscale_cycle(
         if status_write_due(
             status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
         ):
-            memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=outcome.status_patch)
+            memory.written.record(
+                key,
+                body,
+                memo.kube.patch_llamaservice_status(
+                    namespace=namespace, name=name, status=outcome.status_patch
+                ),
+            )
             report.status_writes += 1
         for event in outcome.events:
             memo.kube.post_event(

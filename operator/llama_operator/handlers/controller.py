@@ -75,7 +75,12 @@ class Controller:
                 result = await loop.run_in_executor(
                     self.pool,
                     functools.partial(
-                        reconcile_llamaservice, key, memo=self.memo, indexes=self.indexes, attempt=attempt
+                        reconcile_llamaservice,
+                        key,
+                        memo=self.memo,
+                        indexes=self.indexes,
+                        written=self.autoscaler_memory.written,
+                        attempt=attempt,
                     ),
                 )
                 requeue = result.requeue_after
@@ -176,6 +181,7 @@ async def llamaservice_event(
     if event.get("type") == "DELETED":
         controller.generations.pop(key, None)
         controller.failures.pop(key, None)
+        controller.autoscaler_memory.written.forget(key)
         return
     # Status writes (ours, the autoscaler's) come back as events too; only a new generation is news.
     generation = (body.metadata.get("generation"), body.metadata.get("deletionTimestamp"))

@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from llama_operator.handlers.indexes import ObjectKey, OwnerKey, one, owned_deployment
+from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute, set_deployment_replicas
 from llama_operator.planning.inventory import inventory_from_nodes
 from llama_operator.reconcile.drift import merge_patch_changes
@@ -99,7 +100,7 @@ def _keep_replicas_in_bounds(
 
 
 def reconcile_llamaservice(
-    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, attempt: int
+    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, written: WrittenStatus, attempt: int
 ) -> ReconcileResult:
     """Converge one LlamaService. Raises ApiException for failures a retry may fix (the caller backs off)."""
     body = one(indexes.llamaservices, key)
@@ -108,7 +109,7 @@ def reconcile_llamaservice(
         return result  # gone or going: the garbage collector removes what it owned
     namespace, name = key
     meta = body["metadata"]
-    before: dict[str, Any] = dict(body.get("status") or {})
+    before = written.current(key, body)  # the index may not show our last status write yet
     now = datetime.now(UTC)
     outcome = compute_outcome(body, memo, indexes)
     status = dict(outcome.status_patch)
@@ -152,7 +153,9 @@ def reconcile_llamaservice(
     if degraded is not None:
         result.events.insert(0, degraded)
     if merge_patch_changes(status, before):  # only a real change is written
-        memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=status)
+        written.record(
+            key, body, memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=status)
+        )
         result.status_written = True
     if result.writes or result.status_written:
         log.info(

@@ -166,13 +166,17 @@ class Kube:
             return False
         return True
 
-    def patch_llamaservice_status(self, *, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch the status subresource (never the spec)."""
+    def patch_llamaservice_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the status subresource (never the spec); the object as written, None if gone."""
         api = client.CustomObjectsApi(self.api_client)
         try:
-            api.patch_namespaced_custom_object_status(
+            written = api.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
             )
         except ApiException as err:
             if err.status != 404:  # deleted meanwhile: nothing to report on
                 raise
+            return None
+        return dict(written) if isinstance(written, Mapping) else None
