@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from support import Cluster
+from support import Cluster, repo_root
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +119,14 @@ def test_valid_values_are_accepted_and_defaulted(cluster: Cluster, namespace: st
     assert spec["autoscaling"]["slo"]["ttftSeconds"] == 0.5
     assert spec["accelerator"]["count"] == 1
     assert cluster.apply(manifest("auto-words", engine={"maxNumSeqs": "auto"}), namespace).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "example",
+    sorted(p.relative_to(repo_root()).as_posix() for p in (repo_root() / "examples").rglob("*.yaml")),
+)
+def test_every_example_is_accepted_by_the_api_server(cluster: Cluster, namespace: str, example: str) -> None:
+    done = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(repo_root() / example), check=False
+    )
+    assert done.returncode == 0, f"{example}: {done.stderr}"

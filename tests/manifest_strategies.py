@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from llama_operator.api.spec import ALL_MIG_PROFILES, AcceleratorType, DType, Quantization
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = tuple(yaml.safe_load(f.read_text()) for f in sorted((REPO / "examples").glob("*.yaml")))
+EXAMPLES = tuple(yaml.safe_load(f.read_text()) for f in sorted((REPO / "examples").rglob("*.yaml")))
 NODE_FOLDER = REPO / "e2e" / "nodes"
 FLAGS: list[dict[str, Any]] = json.loads((REPO / "operator/llama_operator/data/vllm_flags.json").read_text())[
     "flags"

@@ -375,7 +375,7 @@ def test_version_prints_the_package_version(repo: Path) -> None:
 
 
 def test_render_output_has_no_yaml_anchors(repo: Path) -> None:
-    for example in sorted((repo / "examples").glob("*.yaml")):
+    for example in sorted((repo / "examples").rglob("*.yaml")):
         code, out, err = run_cli(
             "render", "-f", str(example), "--pod-monitor", "--nodes", str(repo / "e2e/nodes")
         )

@@ -116,7 +116,7 @@ def _plans() -> list[tuple[str, list[str]]]:
         except PlanningError:
             continue  # refused on purpose (e.g. fp8 below sm_89): nothing reaches vLLM
         plans.append((json.dumps(spec["accelerator"]) + json.dumps(spec.get("engine", {})), plan.vllm_args))
-    for example in sorted((REPO / "examples").glob("*.yaml")):
+    for example in sorted((REPO / "examples").rglob("*.yaml")):
         doc = yaml.safe_load(example.read_text())
         _, plan = plan_llamaservice(doc, Settings(), None)
         plans.append((example.name, plan.vllm_args))
