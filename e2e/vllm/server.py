@@ -129,6 +129,8 @@ class VllmServer:
         port: int | None = None,
         host: str = "127.0.0.1",
         served_model_name: str = SERVED_MODEL_NAME,
+        extra_served_names: Sequence[str] = (),
+        api_key: str | None = None,
         max_num_seqs: int = 2,
         num_gpu_blocks_override: int | None = 16,
         max_model_len: int = 512,
@@ -142,6 +144,8 @@ class VllmServer:
         self.host = host
         self.port = port or free_port(host)
         self.served_model_name = served_model_name
+        self.extra_served_names = list(extra_served_names)  # further names the model answers to
+        self.api_key = api_key  # given to vLLM as VLLM_API_KEY, as the operator does; sent by the helpers
         self.max_num_seqs = max_num_seqs
         self.num_gpu_blocks_override = num_gpu_blocks_override
         self.max_model_len = max_model_len
@@ -166,7 +170,7 @@ class VllmServer:
         args = [
             str(python), "-m", SERVER_MODULE,
             "--model", str(self.model_dir),
-            "--served-model-name", self.served_model_name,
+            "--served-model-name", self.served_model_name, *self.extra_served_names,
             "--host", self.host,
             "--port", str(self.port),
             "--enforce-eager",
@@ -192,6 +196,8 @@ class VllmServer:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.api_key is not None:
+            env["VLLM_API_KEY"] = self.api_key
         env.update(self.extra_env)
         return env
 
@@ -289,12 +295,16 @@ class VllmServer:
         return f"--- {path} (tail) ---\n{_read_tail(path, limit)}" if path else ""
 
     # Small HTTP helpers, enough for tests and readiness.
+    def headers(self) -> dict[str, str]:
+        """The Authorization header when the server has an API key."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key is not None else {}
+
     def request_json(self, path: str, body: Mapping[str, Any] | None = None, timeout: float = 120) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
             self.base_url + path,
             data=data,
-            headers={"Content-Type": "application/json"} if data is not None else {},
+            headers={**self.headers(), **({"Content-Type": "application/json"} if data is not None else {})},
             method="POST" if data is not None else "GET",
         )
         with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -10,7 +10,6 @@ import importlib.util
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -59,18 +58,6 @@ REQUIRED_FAMILIES = [
 ]
 # Renamed or removed before 0.32: catches a dashboard or query still using them.
 GONE_FAMILIES = ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    t0 = time.monotonic()
-    model = vs.build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
-    built = time.monotonic() - t0
-    with vs.VllmServer(model, served_model_name=MODEL) as srv:
-        print(
-            f"\ntiny model built in {built:.1f} s; vLLM ready in {srv.ready_seconds:.1f} s at {srv.base_url}"
-        )
-        yield srv
 
 
 def test_completion(server: Any) -> None:
