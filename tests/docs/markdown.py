@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 # [text](target) and ![alt](target); the target ends at whitespace (an optional "title" follows) or ")".
-_LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?(?P<target>[^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_LINK = re.compile(
+    r"!?\[(?:[^\]\\]|\\.)*\]\(\s*(?:<(?P<angled>[^>\n]*)>|(?P<target>[^)\s]+))"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
+)
 _REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(?P<target>\S+?)>?(?:\s+.*)?$")
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+\1")
 
@@ -100,7 +103,7 @@ def link_targets(text: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     for number, raw in enumerate(prose_lines(text), start=1):
         line = _INLINE_CODE.sub("", raw)
-        out += [(number, m.group("target")) for m in _LINK.finditer(line)]
+        out += [(number, m.group("angled") or m.group("target")) for m in _LINK.finditer(line)]
         ref = _REFERENCE.match(line)
         if ref:
             out.append((number, ref.group("target")))
