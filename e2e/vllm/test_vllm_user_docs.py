@@ -37,6 +37,12 @@ def _server_module() -> ModuleType:
 
 vs = _server_module()
 
+
+@pytest.fixture
+def server(vllm_server: Any) -> Any:
+    return vllm_server  # the session's server (e2e/conftest.py), with an API key, answering to "chat"
+
+
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "call-your-model.md"
 DOC_BASE_URL = "http://localhost:8000"
 FENCE = re.compile(r"^```(?P<language>\w*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
