@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,12 @@ STATE = REPO / ".cluster" / "demo"
 NAMESPACE = "demo"
 RELEASE, RELEASE_NS = "llama-operator", "llama-operator-system"
 CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def say(msg: str) -> None:
@@ -91,12 +98,21 @@ class Demo:
                 return
             except (OSError, ValueError):
                 pass
+        health_port, metrics_port = free_port(), free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.operator_kubeconfig()),
             "LLAMA_OPERATOR_PROMETHEUS_URL": self.cluster.prometheus_url,
             "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "3",
+            "LLAMA_OPERATOR_LISTEN_ADDRESS": "127.0.0.1",
+            "LLAMA_OPERATOR_HEALTH_PORT": str(health_port),
+            "LLAMA_OPERATOR_METRICS_PORT": str(metrics_port),
         }
+        # The local Prometheus scrapes the operator's /metrics, as a ServiceMonitor would in a cluster.
+        (Path(self.cluster.prometheus_targets_dir) / "operator-demo.yaml").write_text(
+            yaml.safe_dump([{"targets": [f"127.0.0.1:{metrics_port}"], "labels": {"pod": "llama-operator"}}])
+        )
+        (STATE / "ports.json").write_text(json.dumps({"health": health_port, "metrics": metrics_port}))
         log = (STATE / "operator.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_operator", "run", "--standalone", "--all-namespaces"],
@@ -211,6 +227,25 @@ class Demo:
         if load_seconds > 0:
             self.drive_load(load_seconds)
             print(self.kubectl("get", "llamaservice", "chat-slo", "-n", NAMESPACE))
+        self.next_steps()
+
+    def next_steps(self) -> None:
+        ports = json.loads((STATE / "ports.json").read_text())
+        kubeconfig = self.cluster.kubeconfig
+        print()
+        say("the demo keeps running (cluster, operator, fleet simulator). To look around:")
+        for line in (
+            f". {REPO / '.cluster' / 'env'}   # kubectl and helm on PATH, KUBECONFIG={kubeconfig}",
+            f"kubectl -n {NAMESPACE} get llamaservices",
+            f"kubectl -n {NAMESPACE} describe llamaservice chat-slo",
+            f"kubectl -n {NAMESPACE} get events --sort-by=.lastTimestamp",
+            f"curl -s http://127.0.0.1:{ports['metrics']}/metrics | grep ^llama_operator   # the operator's metrics",
+            f"curl -s http://127.0.0.1:{ports['health']}/readyz",
+            f"open {self.cluster.prometheus_url}/graph?g0.expr=llama_operator_desired_replicas   # Prometheus",
+            f"less {STATE / 'operator.log'}   # the operator's log",
+        ):
+            print(f"    {line}")
+        say("to stop everything: make demo-down")
 
     def down(self) -> None:
         for what in ("operator", "fleet"):
@@ -222,6 +257,9 @@ class Demo:
                 except (OSError, ValueError):
                     pass
                 pid_file.unlink()
+        info = cluster_info.load()
+        if info is not None:
+            (Path(info.prometheus_targets_dir) / "operator-demo.yaml").unlink(missing_ok=True)
 
 
 def main() -> int:

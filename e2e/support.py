@@ -135,6 +135,8 @@ class OperatorProcess:
     quiet: bool = False  # INFO logs as in production, not --verbose (benchmarks)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    health_port: int = 0  # /healthz and /readyz (chosen at each start)
+    metrics_port: int = 0  # /metrics
 
     @property
     def log(self) -> Path:
@@ -143,8 +145,12 @@ class OperatorProcess:
     def start(self) -> None:
         self.starts += 1
         port = free_port()
+        self.health_port, self.metrics_port = free_port(), free_port()
         env = {
             **os.environ,
+            "LLAMA_OPERATOR_LISTEN_ADDRESS": "127.0.0.1",
+            "LLAMA_OPERATOR_HEALTH_PORT": str(self.health_port),
+            "LLAMA_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "KUBECONFIG": str(self.kubeconfig or self.cluster.info.kubeconfig),
             "LLAMA_OPERATOR_PROMETHEUS_URL": self.cluster.info.prometheus_url,
             "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "2",

@@ -316,9 +316,32 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def start_probe_servers() -> None:
+    """/healthz, /readyz and /metrics, up before kopf starts: a probe answers while start-up retries.
+    A configuration that cannot load stops here, with its error, instead of retrying forever."""
+    from llama_operator.infra import metrics  # noqa: PLC0415 - prometheus_client only for `run`
+    from llama_operator.infra.config import ConfigError, load_settings  # noqa: PLC0415
+
+    try:
+        settings = load_settings()
+    except ConfigError as err:
+        raise InputError(str(err)) from None
+    metrics.METRICS.info.clear()
+    metrics.METRICS.info.labels(version=_package_version()).set(1)
+    for port in {settings.health_port, settings.metrics_port} - {0}:
+        try:
+            metrics.serve(settings.listen_address, port, metrics.METRICS, metrics.HEALTH)
+        except OSError as err:
+            raise InputError(
+                f"cannot listen on {settings.listen_address}:{port} ({err.strerror}); set healthPort / "
+                "metricsPort (LLAMA_OPERATOR_HEALTH_PORT, LLAMA_OPERATOR_METRICS_PORT) to a free port"
+            ) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from kopf.cli import main as kopf_main  # noqa: PLC0415 - only `run` pays for importing kopf
 
+    start_probe_servers()
     kopf_args = ["run", "--module", "llama_operator.handlers", *args.kopf_args]
     scoped = ("-A", "--all-namespaces", "-n", "--namespace")
     if not any(a == s or a.startswith(f"{s}=") for a in args.kopf_args for s in scoped):

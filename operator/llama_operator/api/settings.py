@@ -60,3 +60,12 @@ class Settings(BaseModel):
         float, Field(description="A standby takes over this long after the leader's last renewal.", ge=2)
     ] = 10.0
     leader_renew_seconds: Annotated[float, Field(gt=0)] = 2.0
+    health_port: Annotated[
+        int, Field(description="Port of /healthz and /readyz (0: off).", ge=0, le=65535)
+    ] = 8080
+    metrics_port: Annotated[
+        int, Field(description="Port of the operator's Prometheus /metrics (0: off).", ge=0, le=65535)
+    ] = 8081
+    listen_address: Annotated[
+        str, Field(description="Address the health and metrics ports listen on.", min_length=1)
+    ] = "0.0.0.0"

@@ -21,6 +21,7 @@ from llama_operator.handlers.indexes import owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
+from llama_operator.infra.metrics import Holding, OperatorMetrics, ServiceObservation
 from llama_operator.infra.prometheus import PrometheusUnavailableError
 from llama_operator.reconcile.autoscaling import (
     autoscale_outcome,
@@ -74,6 +75,29 @@ class AutoscalerMemory:
         return cached[1] if cached is not None and cached[0] == uid else autoscaler_state(status)
 
 
+def holdings(indexes: Indexes) -> list[Holding]:
+    """GPUs each LlamaService holds now: its Deployment's replicas x the plan's GPUs per replica."""
+    held = []
+    for key, store in list(indexes.llamaservices.items()):
+        for body in list(store):
+            plan = (body.get("status") or {}).get("plan") or {}
+            deployment = owned_deployment(indexes.deployments, key, body["metadata"].get("uid"))
+            if deployment is None or not plan:
+                continue
+            count = int(plan.get("count") or 1) if plan.get("accelerator") != "cpu" else 0
+            replicas = int((deployment.get("spec") or {}).get("replicas") or 0)
+            price = plan.get("pricePerHour")
+            held.append(
+                Holding(
+                    namespace=key[0],
+                    name=key[1],
+                    gpus=replicas * count,
+                    price_per_gpu_hour=float(price) / count if price is not None and count else None,
+                )
+            )
+    return held
+
+
 def autoscale_cycle(
     memo: kopf.Memo, indexes: Indexes, memory: AutoscalerMemory, *, now: float
 ) -> CycleReport:
@@ -91,6 +115,9 @@ def autoscale_cycle(
     live_keys = {key for key, *_ in services}
     for gone in set(memory.states) - live_keys:
         del memory.states[gone]
+    metrics: OperatorMetrics = memo.metrics
+    metrics.hold(holdings(indexes), now)
+    metrics.forget(live_keys)
     report.services = len(services)
     if not services:
         return report
@@ -102,6 +129,7 @@ def autoscale_cycle(
         signals = source.fetch(views, window_seconds=memo.settings.signal_window_seconds)
     except PrometheusUnavailableError as err:
         signals, error = {}, str(err)
+        metrics.prometheus_errors.inc()
     report.queries = source.queries - sent
     wall = datetime.fromtimestamp(now, UTC)
     for key, body, deployment, view in services:
@@ -130,6 +158,23 @@ def autoscale_cycle(
             now=wall,
         )
         namespace, name = key
+        no_data_since = decision.state.no_data_since
+        metrics.observe(
+            ServiceObservation(
+                namespace=namespace,
+                name=name,
+                desired_replicas=decision.desired_replicas,
+                current_replicas=view.current_replicas,
+                ready_replicas=view.ready_replicas,
+                min_replicas=spec.autoscaling.min_replicas,
+                max_replicas=spec.autoscaling.max_replicas,
+                ttft_seconds=seen.ttft_percentile_seconds,
+                slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+                slo_percentile=spec.autoscaling.slo.percentile,
+                slo_met=decision.slo_met,
+                no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
+            )
+        )
         if outcome.replicas is not None:
             set_deployment_replicas(
                 memo.kube,
@@ -140,6 +185,8 @@ def autoscale_cycle(
                 field_manager=memo.settings.autoscaler_field_manager,
             )
             report.replica_writes += 1
+            metrics.wrote("Deployment/scale")
+            metrics.scaled(namespace, name, current=view.current_replicas, replicas=outcome.replicas)
             message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
             log.info("autoscaler: %s", message)
         for moved in condition_transitions(status, outcome.status_patch):
@@ -155,6 +202,7 @@ def autoscale_cycle(
                 ),
             )
             report.status_writes += 1
+            metrics.wrote("LlamaService/status")
         for event in outcome.events:
             memo.kube.post_event(
                 body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT

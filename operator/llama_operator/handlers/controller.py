@@ -71,6 +71,7 @@ class Controller:
                 continue
             attempt = self.failures.get(key, 0)
             requeue: float | None = None
+            started, outcome = loop.time(), "error"
             try:
                 result = await loop.run_in_executor(
                     self.pool,
@@ -84,7 +85,9 @@ class Controller:
                     ),
                 )
                 requeue = result.requeue_after
+                outcome = "success" if requeue is None else "requeue"
             except ApiException as err:
+                self.memo.metrics.api_error("unknown", err.status)
                 requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
                 log.warning(
                     "reconcile %s/%s: %s %s; retrying in %.0fs", *key, err.status, err.reason, requeue
@@ -92,11 +95,23 @@ class Controller:
             except Exception:
                 requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
                 log.exception("reconcile %s/%s failed; retrying in %.0fs", *key, requeue)
+            self.memo.metrics.reconciled(outcome, loop.time() - started)
             if requeue is None:
                 self.failures.pop(key, None)
             else:
                 self.failures[key] = attempt + 1
             await self.queue.done(key, requeue_after=requeue)
+
+    async def _heartbeat(self) -> None:
+        """The liveness probe's evidence that the event loop runs; the leader and queue gauges."""
+        while True:
+            self.memo.health.beat()
+            self.memo.metrics.leader.set(1 if self.leading else 0)
+            if not self.leading:  # the leader reports per LlamaService; a standby must not double them
+                self.memo.metrics.forget(())
+                self.memo.metrics.hold((), time.time())
+            self.memo.metrics.queue_depth.set(len(self.queue))
+            await asyncio.sleep(5.0)
 
     async def _resync(self) -> None:
         while True:
@@ -119,6 +134,7 @@ class Controller:
                 )
             except Exception:
                 log.exception("autoscaler cycle failed; next cycle in %.0fs", interval)
+            self.memo.metrics.cycle_seconds.observe(loop.time() - started)
             await asyncio.sleep(max(0.0, started + interval - loop.time()))
 
     async def _on_leadership(self) -> None:
@@ -134,6 +150,7 @@ class Controller:
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
         self.tasks.append(asyncio.create_task(self._resync()))
+        self.tasks.append(asyncio.create_task(self._heartbeat()))
         self.tasks.append(asyncio.create_task(self._autoscale()))
         if self.leader is not None:
             self.tasks.append(asyncio.create_task(self.leader.run()))
@@ -166,6 +183,7 @@ def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:
         )
     controller = Controller(memo, indexes, leader)
     controller.start()
+    memo.health.controller_started = True
     return controller
 
 
@@ -177,6 +195,7 @@ async def llamaservice_event(
     *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
     controller: Controller = memo.controller
+    memo.health.synced = True  # kopf holds event handlers back until every index is filled
     key = (str(namespace), name)
     if event.get("type") == "DELETED":
         controller.generations.pop(key, None)
@@ -200,6 +219,7 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("", "v1", "pods", labels={SERVICE_LABEL: kopf.PRESENT})
 async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    memo.health.synced = True
     await memo.controller.queue.add(_owner_key(namespace, labels))
 
 
@@ -208,6 +228,7 @@ async def node_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, memo: 
     """A node's placement facts changed (added, removed, relabelled, capacity, taints): re-plan all, since
     `auto` and any placement no node could take may now land elsewhere. Heartbeats change nothing."""
     controller: Controller = memo.controller
+    memo.health.synced = True
     facts = None if event.get("type") == "DELETED" else json.dumps(node_facts(body), sort_keys=True)
     if controller.node_facts.get(name) == facts:
         return

@@ -127,7 +127,13 @@ def reconcile_llamaservice(
         if report.namespace_terminating:
             return result
         deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
-        result.writes = report.writes + _keep_replicas_in_bounds(body, memo, deployment)
+        bounded = _keep_replicas_in_bounds(body, memo, deployment)
+        result.writes = report.writes + bounded
+        for kind, count in {**report.writes_by_kind}.items():
+            memo.metrics.wrote(kind, count)
+        memo.metrics.wrote("Deployment", bounded)
+        for rejection in report.rejections:
+            memo.metrics.api_error(rejection.ref.kind, rejection.status)
         status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
         status.update(
             rollout_status(
@@ -152,11 +158,13 @@ def reconcile_llamaservice(
     degraded = degraded_event(before, status)
     if degraded is not None:
         result.events.insert(0, degraded)
+        memo.metrics.plan_refused(degraded.reason)  # once per new problem, not per retry
     if merge_patch_changes(status, before):  # only a real change is written
         written.record(
             key, body, memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=status)
         )
         result.status_written = True
+        memo.metrics.wrote("LlamaService/status")
     if result.writes or result.status_written:
         log.info(
             "reconciled %s/%s: %d object write(s)%s",

@@ -16,6 +16,7 @@ from llama_operator.handlers.controller import Controller, start_controller
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
+from llama_operator.infra.metrics import HEALTH, METRICS
 from llama_operator.infra.prometheus import PrometheusSignals
 
 PREFIX = "llama-operator.dev"
@@ -56,6 +57,7 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     objects_logger = logging.getLogger("kopf.objects")
     if not any(isinstance(f, RoutineAtDebug) for f in objects_logger.filters):
         objects_logger.addFilter(RoutineAtDebug())
+    memo.metrics, memo.health = METRICS, HEALTH
     load_kube_config()
     memo.settings = load_settings()
     memo.kube = Kube()

@@ -71,7 +71,7 @@ class _Executor:
         if state is Ownership.ABSENT:
             try:
                 self.kube.create(manifest, field_manager=self.field_manager)
-                self.report.writes += 1
+                self.report.wrote(manifest["kind"])
                 return True
             except ApiException as err:
                 if err.status != 409:
@@ -91,13 +91,13 @@ class _Executor:
                 ", ".join(sorted(set(live["metadata"].get("specManagers") or []) - self.own_managers)),
             )
             self.kube.replace_spec(manifest, field_manager=self.field_manager, uid=uid, keep_replicas=True)
-            self.report.writes += 1
+            self.report.wrote(manifest["kind"])
             self.report.repaired.append(
                 ObjectRef(manifest["kind"], manifest["metadata"]["namespace"], manifest["metadata"]["name"])
             )
         elif repair is Repair.APPLY:
             self.kube.apply(manifest, field_manager=self.field_manager, uid=uid)
-            self.report.writes += 1
+            self.report.wrote(manifest["kind"])
         return True
 
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
@@ -107,7 +107,7 @@ class _Executor:
         live = self.lookup(stub)
         if ownership(live, self.owner_uid) is Ownership.OURS and live is not None:
             self.kube.delete(api_version, kind, namespace=namespace, name=name, uid=str(object_uid(live)))
-            self.report.writes += 1
+            self.report.wrote(kind)
 
 
 def execute(

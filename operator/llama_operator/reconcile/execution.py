@@ -58,11 +58,16 @@ class ExecutionReport:
     rejections: list[Rejection] = field(default_factory=list)
     repaired: list[ObjectRef] = field(default_factory=list)  # objects whose hand-added fields were removed
     writes: int = 0  # API writes made (creates, applies, replaces, deletes)
+    writes_by_kind: dict[str, int] = field(default_factory=dict)
     namespace_terminating: bool = False  # the namespace is being deleted: stop, report nothing
 
     @property
     def clean(self) -> bool:
         return not self.conflicts and not self.rejections
+
+    def wrote(self, kind: str) -> None:
+        self.writes += 1
+        self.writes_by_kind[kind] = self.writes_by_kind.get(kind, 0) + 1
 
 
 def is_permanent_refusal(status: int | None) -> bool:

@@ -1,0 +1,102 @@
+"""The operator's /metrics, scraped by the local cluster's real Prometheus as a ServiceMonitor would
+(honorLabels), and its readiness probe."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
+
+pytestmark = pytest.mark.e2e
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def prom_query(cluster: Cluster, promql: str) -> list[dict[str, Any]]:
+    url = f"{cluster.info.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        result: list[dict[str, Any]] = json.loads(response.read())["data"]["result"]
+    return result
+
+
+@pytest.fixture
+def scraped(cluster: Cluster, operator: OperatorProcess) -> Iterator[str]:
+    """The operator registered as a Prometheus target; yields the target's instance label."""
+    marker = uuid.uuid4().hex[:8]
+    path = Path(cluster.info.prometheus_targets_dir) / f"operator-{marker}.yaml"
+    instance = f"127.0.0.1:{operator.metrics_port}"
+    path.write_text(yaml.safe_dump([{"targets": [instance], "labels": {"marker": marker}}]))
+    yield marker
+    path.unlink(missing_ok=True)
+
+
+def test_the_operator_is_ready_once_its_watches_are_synced(operator: OperatorProcess) -> None:
+    _, body = eventually(
+        "the operator ready",
+        lambda: r if (r := http_get(f"http://127.0.0.1:{operator.health_port}/readyz"))[0] == 200 else None,
+        60,
+    )
+    assert body == "ok\n"
+    assert http_get(f"http://127.0.0.1:{operator.health_port}/healthz") == (200, "ok\n")
+
+
+def test_prometheus_scrapes_the_operator_and_its_per_service_series(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, scraped: str
+) -> None:
+    body = llamaservice_manifest(
+        "chat",
+        accelerator={"type": "cpu"},
+        model={"name": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
+        engine={"maxModelLen": 2048},
+        autoscaling={"minReplicas": 1, "maxReplicas": 3, "slo": {"ttftSeconds": 0.6, "percentile": 95}},
+    )
+    assert cluster.apply(body, namespace).returncode == 0
+    info = eventually(
+        "llama_operator_info in Prometheus",
+        lambda: prom_query(cluster, f'llama_operator_info{{job="llama-operator",marker="{scraped}"}}'),
+        90,
+    )
+    assert info[0]["value"][1] == "1"
+    # honorLabels: the series names the LlamaService's namespace, not the operator's target.
+    selector = f'namespace="{namespace}",llamaservice="chat",marker="{scraped}"'
+    slo = eventually(
+        "the LlamaService's SLO series",
+        lambda: prom_query(cluster, f"llama_operator_slo_ttft_seconds{{{selector}}}"),
+        120,
+    )
+    assert float(slo[0]["value"][1]) == 0.6
+    bucket = eventually(
+        "the SLO's vLLM bucket",
+        lambda: prom_query(cluster, f"llama_operator_slo_ttft_bucket{{{selector}}}"),
+        30,
+    )
+    assert bucket[0]["metric"]["le"] == "0.5"  # the largest vLLM TTFT bound within 0.6 s
+    assert prom_query(cluster, f"llama_operator_desired_replicas{{{selector}}}")
+    writes = prom_query(
+        cluster, f'llama_operator_object_writes_total{{kind="Deployment",marker="{scraped}"}}'
+    )
+    assert writes and float(writes[0]["value"][1]) >= 1
+    # Gone with the LlamaService.
+    cluster.kubectl("delete", "llamaservice", "chat", "-n", namespace)
+    series = f'namespace="{namespace}",llamaservice="chat"'
+    eventually(
+        "the series dropped",
+        lambda: series not in http_get(f"http://127.0.0.1:{operator.metrics_port}/metrics")[1] or None,
+        60,
+    )

@@ -1,0 +1,363 @@
+"""The operator's own metrics and health endpoints.
+
+Metric names are a contract: the Grafana dashboard and the PrometheusRule are built from them (and a test
+checks they exist here). Per-LlamaService series carry `namespace` and `llamaservice`, the same labels
+as the vLLM series the operator's PodMonitors produce, so PromQL can join the two; scrape the operator
+with honorLabels so that Prometheus keeps them.
+
+Two small HTTP servers run in threads of their own, started before kopf: /healthz and /readyz on the
+health port, /metrics on the metrics port. A thread answers even while kopf's start-up retries (a slow
+API server must not get the pod killed); liveness still fails when the event loop stops beating."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
+
+from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+
+SERVICE_LABELS = ("namespace", "llamaservice")
+disable_created_metrics()  # type: ignore[no-untyped-call] # the *_created series double the exposition and no panel or rule reads them
+
+# Every metric this module defines, by name: the dashboard and alert rules may use only these (and
+# vLLM's own). Kept next to the definitions so that a new metric is listed where it is made.
+METRIC_NAMES: tuple[str, ...] = (
+    "llama_operator_info",
+    "llama_operator_leader",
+    "llama_operator_reconcile_total",
+    "llama_operator_reconcile_duration_seconds",
+    "llama_operator_object_writes_total",
+    "llama_operator_api_errors_total",
+    "llama_operator_workqueue_depth",
+    "llama_operator_plan_refusals_total",
+    "llama_operator_desired_replicas",
+    "llama_operator_current_replicas",
+    "llama_operator_ready_replicas",
+    "llama_operator_min_replicas",
+    "llama_operator_max_replicas",
+    "llama_operator_autoscaler_decisions_total",
+    "llama_operator_ttft_observed_seconds",
+    "llama_operator_slo_ttft_seconds",
+    "llama_operator_slo_percentile",
+    "llama_operator_slo_met",
+    "llama_operator_signal_no_data_seconds",
+    "llama_operator_gpus",
+    "llama_operator_gpu_price_per_hour",
+    "llama_operator_gpu_hours_total",
+    "llama_operator_slo_ttft_bucket",
+    "llama_operator_autoscaler_cycle_duration_seconds",
+    "llama_operator_prometheus_errors_total",
+)
+
+
+def slo_bucket_bound(slo_seconds: float, bounds: Iterable[float] = VLLM_TTFT_BUCKETS) -> str:
+    """The `le` of vLLM's TTFT histogram that counts requests within the SLO: the largest bound at or
+    below it (conservative: a 0.6 s SLO is judged at 0.5 s), as vLLM's exposition prints it."""
+    bounds = tuple(bounds)
+    below = [b for b in bounds if b <= slo_seconds + 1e-12]
+    bound = max(below) if below else min(bounds)
+    return str(floatToGoString(bound))  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceObservation:
+    """What one autoscaler cycle saw and decided for one LlamaService."""
+
+    namespace: str
+    name: str
+    desired_replicas: int
+    current_replicas: int
+    ready_replicas: int
+    min_replicas: int
+    max_replicas: int
+    ttft_seconds: float | None  # observed, at the SLO's percentile; None without requests
+    slo_ttft_seconds: float
+    slo_percentile: float
+    slo_met: bool | None
+    no_data_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """GPUs one LlamaService holds now (any LlamaService, autoscaled or not)."""
+
+    namespace: str
+    name: str
+    gpus: int
+    price_per_gpu_hour: float | None
+
+
+class OperatorMetrics:
+    """The operator's metrics in a registry of their own (tests build fresh ones)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "unknown") -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.info = Gauge(
+            "llama_operator_info", "The operator's version (always 1).", ["version"], registry=r
+        )
+        self.info.labels(version=version).set(1)
+        self.leader = Gauge("llama_operator_leader", "1 when this instance leads, 0 on standby.", registry=r)
+        self.reconciles = Counter(
+            "llama_operator_reconcile", "Reconciles of a LlamaService, by result.", ["result"], registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "llama_operator_reconcile_duration_seconds",
+            "Time one reconcile of a LlamaService took.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.writes = Counter(
+            "llama_operator_object_writes", "Writes to the API server, by object kind.", ["kind"], registry=r
+        )
+        self.api_errors = Counter(
+            "llama_operator_api_errors",
+            "Requests the API server refused or failed, by object kind and HTTP status.",
+            ["kind", "code"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "llama_operator_workqueue_depth", "LlamaServices waiting to be reconciled.", registry=r
+        )
+        self.plan_refusals = Counter(
+            "llama_operator_plan_refusals",
+            "Plans refused (no fitting accelerator, bad input...), by the condition reason given.",
+            ["reason"],
+            registry=r,
+        )
+        per_service: list[tuple[str, str]] = [
+            ("desired_replicas", "Replicas the autoscaler wants (within min/max)."),
+            ("current_replicas", "The Deployment's spec.replicas."),
+            ("ready_replicas", "Replicas ready and serving."),
+            ("min_replicas", "spec.autoscaling.minReplicas."),
+            ("max_replicas", "spec.autoscaling.maxReplicas."),
+            ("ttft_observed_seconds", "Observed TTFT at the SLO's percentile over the signal window."),
+            ("slo_ttft_seconds", "The TTFT objective (spec.autoscaling.slo.ttftSeconds)."),
+            ("slo_percentile", "The percentile the TTFT objective holds (spec.autoscaling.slo.percentile)."),
+            (
+                "slo_met",
+                "1 when the observed TTFT percentile is within the SLO, 0 when not (absent: no data).",
+            ),
+            ("signal_no_data_seconds", "Seconds since the autoscaler last had signals (0 when it has them)."),
+            ("gpus", "GPUs held: replicas x GPUs per replica."),
+            ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
+        ]
+        self.service_gauges: dict[str, Gauge] = {
+            name: Gauge(f"llama_operator_{name}", help_text, SERVICE_LABELS, registry=r)
+            for name, help_text in per_service
+        }
+        self.gpu_hours = Counter(
+            "llama_operator_gpu_hours",
+            "GPU-hours held by a LlamaService since the operator started (multiply by the price for cost).",
+            SERVICE_LABELS,
+            registry=r,
+        )
+        self.slo_bucket = Gauge(
+            "llama_operator_slo_ttft_bucket",
+            "1 for the vLLM TTFT histogram bound (le) that counts a LlamaService's requests within its SLO.",
+            [*SERVICE_LABELS, "le"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "llama_operator_autoscaler_decisions",
+            "Replica changes the autoscaler made, by direction (up, down).",
+            [*SERVICE_LABELS, "direction"],
+            registry=r,
+        )
+        self.cycle_seconds = Histogram(
+            "llama_operator_autoscaler_cycle_duration_seconds",
+            "Time one autoscaler cycle (all LlamaServices) took.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.prometheus_errors = Counter(
+            "llama_operator_prometheus_errors",
+            "Autoscaler cycles that could not read Prometheus.",
+            registry=r,
+        )
+        self._lock = threading.Lock()
+        self._services: set[tuple[str, str]] = set()
+        self._slo_bounds: dict[tuple[str, str], str] = {}
+        self._held_since: dict[tuple[str, str], float] = {}
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        self.reconciles.labels(result=result).inc()
+        self.reconcile_seconds.observe(seconds)
+
+    def wrote(self, kind: str, count: int = 1) -> None:
+        if count:
+            self.writes.labels(kind=kind).inc(count)
+
+    def api_error(self, kind: str, code: int | str | None) -> None:
+        self.api_errors.labels(kind=kind, code=str(code or "none")).inc()
+
+    def plan_refused(self, reason: str) -> None:
+        self.plan_refusals.labels(reason=reason).inc()
+
+    def scaled(self, namespace: str, name: str, *, current: int, replicas: int) -> None:
+        if replicas != current:
+            direction = "up" if replicas > current else "down"
+            self.decisions.labels(namespace=namespace, llamaservice=name, direction=direction).inc()
+
+    def observe(self, seen: ServiceObservation) -> None:
+        key = (seen.namespace, seen.name)
+        g = {name: gauge.labels(namespace=seen.namespace, llamaservice=seen.name) for name, gauge in
+             self.service_gauges.items()}  # fmt: skip
+        with self._lock:
+            self._services.add(key)
+            g["desired_replicas"].set(seen.desired_replicas)
+            g["current_replicas"].set(seen.current_replicas)
+            g["ready_replicas"].set(seen.ready_replicas)
+            g["min_replicas"].set(seen.min_replicas)
+            g["max_replicas"].set(seen.max_replicas)
+            g["slo_ttft_seconds"].set(seen.slo_ttft_seconds)
+            g["slo_percentile"].set(seen.slo_percentile)
+            g["signal_no_data_seconds"].set(seen.no_data_seconds)
+            self._optional(self.service_gauges["ttft_observed_seconds"], key, seen.ttft_seconds)
+            met = None if seen.slo_met is None else float(seen.slo_met)
+            self._optional(self.service_gauges["slo_met"], key, met)
+            bound = slo_bucket_bound(seen.slo_ttft_seconds)
+            previous = self._slo_bounds.get(key)
+            if previous is not None and previous != bound:
+                self.slo_bucket.remove(*key, previous)
+            self._slo_bounds[key] = bound
+            self.slo_bucket.labels(namespace=seen.namespace, llamaservice=seen.name, le=bound).set(1)
+
+    def hold(self, holdings: Iterable[Holding], now: float) -> None:
+        """GPUs held now by every LlamaService; integrates GPU-hours since the last call."""
+        with self._lock:
+            live = set()
+            for h in holdings:
+                key = (h.namespace, h.name)
+                live.add(key)
+                self.service_gauges["gpus"].labels(*key).set(h.gpus)
+                self._optional(self.service_gauges["gpu_price_per_hour"], key, h.price_per_gpu_hour)
+                since = self._held_since.get(key)
+                if since is not None and now > since:
+                    self.gpu_hours.labels(*key).inc(h.gpus * (now - since) / 3600.0)
+                elif since is None:
+                    self.gpu_hours.labels(*key).inc(0)  # the series exists from the first sighting
+                self._held_since[key] = now
+            for key in set(self._held_since) - live:
+                del self._held_since[key]
+                for gauge in (self.service_gauges["gpus"], self.service_gauges["gpu_price_per_hour"]):
+                    _remove(gauge, key)
+                _remove(self.gpu_hours, key)
+
+    def forget(self, keep: Iterable[tuple[str, str]]) -> None:
+        """Drop the autoscaler's series of LlamaServices that are gone or no longer autoscaled."""
+        keep = set(keep)
+        with self._lock:
+            for key in self._services - keep:
+                for name, gauge in self.service_gauges.items():
+                    if name not in ("gpus", "gpu_price_per_hour"):
+                        _remove(gauge, key)
+                bound = self._slo_bounds.pop(key, None)
+                if bound is not None:
+                    _remove(self.slo_bucket, (*key, bound))
+                for direction in ("up", "down"):
+                    _remove(self.decisions, (*key, direction))
+            self._services &= keep
+
+    @staticmethod
+    def _optional(gauge: Gauge, key: tuple[str, str], value: float | None) -> None:
+        if value is None:
+            _remove(gauge, key)
+        else:
+            gauge.labels(*key).set(value)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _remove(metric: Gauge | Counter, labels: tuple[str, ...]) -> None:
+    with contextlib.suppress(KeyError):  # never set
+        metric.remove(*labels)
+
+
+@dataclass
+class Health:
+    """Liveness and readiness, as the probes ask for them."""
+
+    stall_seconds: float = 120.0  # an event loop that has not beaten for this long is stuck
+    clock: Callable[[], float] = time.monotonic
+    synced: bool = False  # kopf filled every index (it holds event handlers back until then)
+    controller_started: bool = False
+    last_beat: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def beat(self) -> None:
+        with self._lock:
+            self.last_beat = self.clock()
+
+    def alive(self) -> tuple[bool, str]:
+        with self._lock:
+            if self.last_beat is None:
+                return True, "starting"
+            stalled = self.clock() - self.last_beat
+        if stalled > self.stall_seconds:
+            return False, f"event loop stalled for {stalled:.0f}s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once the watches are synced and the controller runs, leader or standby alike: a standby
+        is a healthy replica, ready to take over."""
+        if not self.controller_started:
+            return False, "starting: the controller is not running yet"
+        if not self.synced:
+            return False, "starting: waiting for the watches to list every object"
+        return self.alive()
+
+
+METRICS = OperatorMetrics(version="unset")  # the process's instance; `run` sets the version
+HEALTH = Health()
+
+
+def _handler(metrics: OperatorMetrics, health: Health) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+                return
+            probe = {"/healthz": health.alive, "/livez": health.alive, "/readyz": health.ready}.get(path)
+            if probe is None:
+                self._send(404, b"not found\n", "text/plain")
+                return
+            ok, why = probe()
+            self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # probes every few seconds: not worth a log line each
+
+    return Handler
+
+
+def serve(address: str, port: int, metrics: OperatorMetrics, health: Health) -> ThreadingHTTPServer:
+    """Serve /metrics, /healthz and /readyz on one port, from a daemon thread."""
+    server = ThreadingHTTPServer((address, port), _handler(metrics, health))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    return server
