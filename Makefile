@@ -22,9 +22,11 @@ lint: setup
 	$(VENV)/bin/mypy --strict tests e2e
 	$(VENV)/bin/lint-imports
 
+# The generated files: the CRD (crds/ and the chart's template) and the chart's values.schema.json.
 crd: setup
 	$(VENV)/bin/llama-operator crd > crds/llamaservices.serving.llama-operator.dev.yaml
 	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
+	$(PY) -c "from llama_operator.api.chart_values import *; open(VALUES_SCHEMA_FILE, 'w').write(render_values_schema())"
 
 # The vLLM flag contract, from the pinned vLLM's own parser (CI fails when it drifts).
 vllm-flags: setup

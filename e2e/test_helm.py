@@ -59,6 +59,8 @@ def release(cluster: Cluster, watched: str) -> Iterator[str]:
         "-n",
         RELEASE_NS,
         "--create-namespace",
+        "-f",
+        str(repo_root() / "e2e" / "helm" / "platform-values.yaml"),
         "--set",
         f"watchNamespaces={{{watched}}}",
         "--wait=false",
@@ -80,6 +82,75 @@ def test_release_objects_exist(cluster: Cluster, release: str, watched: str) -> 
     assert cluster.get("role", FULLNAME, watched) is not None
     crd = yaml.safe_load(cluster.kubectl("get", CRD, "-o", "yaml").stdout)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_a_platform_teams_usual_values_reach_the_operator(cluster: Cluster, release: str) -> None:
+    deployment = cluster.get("deployment", FULLNAME, RELEASE_NS)
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "platform"
+    assert pod["metadata"]["annotations"]["example.com/owner"] == "platform"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["spec"]["priorityClassName"] == "platform-critical"
+    assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    container = pod["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    config = yaml.safe_load(cluster.get("configmap", FULLNAME, RELEASE_NS)["data"]["config.yaml"])  # type: ignore[index]
+    assert config["prometheusUrl"] == "https://thanos-query.monitoring.svc:10902"
+    assert config["podMonitorLabels"] == {"release": "kube-prometheus-stack"}
+    assert cluster.get("service", f"{FULLNAME}-metrics", RELEASE_NS) is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "config.migStratgy=single"], "additional properties 'migStratgy' not allowed"),
+        (["--set", "config.migStrategy=bogus"], "at '/config/migStrategy'"),
+        (["--set", "replicaCount=two"], "at '/replicaCount'"),
+        (["--set", "imagePullSecret=regcred"], "additional properties 'imagePullSecret' not allowed"),
+        (["--set-string", "config.podLabels.llama-operator\\.dev/x=1"], "invalid propertyName 'llama-operator.dev/x'"),
+        (["--set", "metrics.serviceMonitor.enable=true"], "additional properties 'enable' not allowed"),
+    ],
+)
+def test_a_bad_value_fails_at_install_time_naming_the_field(
+    cluster: Cluster, args: list[str], message: str
+) -> None:
+    done = helm(cluster, "template", "x", str(repo_root() / "charts" / "llama-operator"), *args)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "namespaces"),
+    [
+        ("team-a", ["team-a"]),
+        ("team-a\\,team-b", ["team-a", "team-b"]),
+        ("{team-a,team-b}", ["team-a", "team-b"]),
+    ],
+)
+def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, namespaces: list[str]) -> None:
+    done = helm(
+        cluster,
+        "template",
+        "x",
+        str(repo_root() / "charts" / "llama-operator"),
+        "--set",
+        f"watchNamespaces={value}",
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    roles = sorted(
+        d["metadata"]["namespace"]
+        for d in docs
+        if d["kind"] == "Role" and "leader" not in d["metadata"]["name"]
+    )
+    assert roles == namespaces
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a.removeprefix("--namespace=") for a in args if a.startswith("--namespace=")] == namespaces
 
 
 @pytest.mark.parametrize(

@@ -59,11 +59,8 @@ def test_the_operator_is_ready_once_its_watches_are_synced(operator: OperatorPro
 def test_prometheus_scrapes_the_operator_and_its_per_service_series(
     cluster: Cluster, operator: OperatorProcess, namespace: str, scraped: str
 ) -> None:
-    body = llamaservice_manifest(
+    body = llamaservice_manifest(  # on the local cluster's (kwok) A10G nodes
         "chat",
-        accelerator={"type": "cpu"},
-        model={"name": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"},
-        engine={"maxModelLen": 2048},
         autoscaling={"minReplicas": 1, "maxReplicas": 3, "slo": {"ttftSeconds": 0.6, "percentile": 95}},
     )
     assert cluster.apply(body, namespace).returncode == 0
@@ -92,6 +89,20 @@ def test_prometheus_scrapes_the_operator_and_its_per_service_series(
         cluster, f'llama_operator_object_writes_total{{kind="Deployment",marker="{scraped}"}}'
     )
     assert writes and float(writes[0]["value"][1]) >= 1
+    # GPUs held and their price follow the plan in status and the Deployment's replicas.
+    plan = eventually(
+        "status.plan",
+        lambda: ((cluster.get("llamaservice", "chat", namespace) or {}).get("status") or {}).get("plan"),
+    )
+    deployment = cluster.get("deployment", "chat", namespace)
+    assert deployment is not None
+    gpus = eventually(
+        "llama_operator_gpus", lambda: prom_query(cluster, f"llama_operator_gpus{{{selector}}}"), 30
+    )
+    assert float(gpus[0]["value"][1]) == deployment["spec"]["replicas"] * plan["count"] >= 1
+    price = prom_query(cluster, f"llama_operator_gpu_price_per_hour{{{selector}}}")
+    assert float(price[0]["value"][1]) == pytest.approx(plan["pricePerHour"] / plan["count"])
+    assert prom_query(cluster, f"llama_operator_gpu_hours_total{{{selector}}}")
     # Gone with the LlamaService.
     cluster.kubectl("delete", "llamaservice", "chat", "-n", namespace)
     series = f'namespace="{namespace}",llamaservice="chat"'

@@ -47,6 +47,7 @@ class Binaries:
     kubectl: Path
     helm: Path
     prometheus: Path
+    promtool: Path
     tools_dir: Path  # holds `kubectl` and `helm` under their plain names
 
     def as_dict(self) -> dict[str, str]:
@@ -363,16 +364,10 @@ def ensure_kubectl_helm(cache: CachePaths) -> tuple[Path, Path, Path]:
     return kubectl, helm, tools
 
 
-def ensure_prometheus(
-    cache: CachePaths, module_version: str = PROMETHEUS_MODULE_VERSION, version: str = PROMETHEUS_VERSION
-) -> Path:
-    """Prometheus from the module proxy with only Kubernetes SD compiled in (file and static
-    SD are always there): Debian's package leaves Kubernetes SD out, and the role-pod
-    discovery of annotated pods is what the operator relies on. No web UI assets (the HTTP
-    API is complete without them)."""
+def _prometheus_ldflags(module_version: str, version: str) -> str:
     bare = version.removeprefix("v")
     ver_pkg = "github.com/prometheus/common/version"
-    ldflags = " ".join(
+    return " ".join(
         [
             "-s -w",
             f"-X {ver_pkg}.Version={bare}",
@@ -382,13 +377,41 @@ def ensure_prometheus(
             f"-X {ver_pkg}.BuildDate=19700101-00:00:00",
         ]
     )
+
+
+# Both commands with the same tags: the second build reuses the first one's compiled packages.
+PROMETHEUS_BUILD_TAGS = "remove_all_sd,enable_kubernetes_sd"
+
+
+def ensure_prometheus(
+    cache: CachePaths, module_version: str = PROMETHEUS_MODULE_VERSION, version: str = PROMETHEUS_VERSION
+) -> Path:
+    """Prometheus from the module proxy with only Kubernetes SD compiled in (file and static
+    SD are always there): Debian's package leaves Kubernetes SD out, and the role-pod
+    discovery of annotated pods is what the operator relies on. No web UI assets (the HTTP
+    API is complete without them)."""
     return _go_install(
         cache,
         "prometheus",
         version,
         f"github.com/prometheus/prometheus/cmd/prometheus@{module_version}",
-        ldflags=ldflags,
-        tags="remove_all_sd,enable_kubernetes_sd",
+        ldflags=_prometheus_ldflags(module_version, version),
+        tags=PROMETHEUS_BUILD_TAGS,
+    )
+
+
+def ensure_promtool(
+    cache: CachePaths, module_version: str = PROMETHEUS_MODULE_VERSION, version: str = PROMETHEUS_VERSION
+) -> Path:
+    """promtool of the same Prometheus version: `check rules` and `test rules` for the chart's
+    PrometheusRule (the rule engine is the one the local Prometheus runs)."""
+    return _go_install(
+        cache,
+        "promtool",
+        version,
+        f"github.com/prometheus/prometheus/cmd/promtool@{module_version}",
+        ldflags=_prometheus_ldflags(module_version, version),
+        tags=PROMETHEUS_BUILD_TAGS,
     )
 
 
@@ -417,6 +440,7 @@ def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:
         prometheus = ensure_prometheus(cache)
     else:
         prometheus = cache.binary("prometheus", PROMETHEUS_VERSION)
+    promtool = ensure_promtool(cache) if want("promtool") else cache.binary("promtool", PROMETHEUS_VERSION)
     if want("kubectl"):
         kubectl, helm, tools = ensure_kubectl_helm(cache)
     else:
@@ -437,5 +461,6 @@ def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:
         kubectl=kubectl,
         helm=helm,
         prometheus=prometheus,
+        promtool=promtool,
         tools_dir=tools,
     )

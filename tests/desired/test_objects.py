@@ -156,3 +156,38 @@ def test_vllm_drains_within_the_grace_period() -> None:
 
     assert shutdown_timeout_seconds(120) == 120 - PRESTOP_SLEEP_SECONDS - 5
     assert shutdown_timeout_seconds(10) == 0  # no room: vLLM aborts, as it would by default
+
+
+def test_platform_settings_reach_every_vllm_pod_and_the_pod_monitor() -> None:
+    settings = Settings(
+        image_pull_secrets=["regcred"],
+        priority_class_name="gpu-serving",
+        runtime_class_name="nvidia",
+        pod_labels={"cost-center": "ml", "team": "platform"},
+        pod_annotations={"example.com/owner": "ml"},
+        pod_monitor_labels={"release": "kube-prometheus-stack"},
+    )
+    objs = by_kind(build_desired_state(service(replicas=2), PLAN, settings, pod_monitor=True).objects)
+    template = objs["Deployment"]["spec"]["template"]
+    assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert template["spec"]["priorityClassName"] == "gpu-serving"
+    assert template["spec"]["runtimeClassName"] == "nvidia"
+    assert template["metadata"]["labels"]["cost-center"] == "ml"
+    assert template["metadata"]["labels"][SERVICE_LABEL] == "chat"  # the selector label stays the operator's
+    assert template["metadata"]["annotations"]["example.com/owner"] == "ml"
+    assert objs["PodMonitor"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert objs["PodMonitor"]["metadata"]["labels"][SERVICE_LABEL] == "chat"
+
+
+def test_without_platform_settings_the_pod_has_none_of_them() -> None:
+    spec = by_kind(build_desired_state(service(replicas=1), PLAN, Settings(), pod_monitor=False).objects)[
+        "Deployment"
+    ]["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "priorityClassName", "runtimeClassName"} & set(spec)
+
+
+@pytest.mark.parametrize("field", ["pod_labels", "pod_monitor_labels"])
+@pytest.mark.parametrize("key", ["llama-operator.dev/llamaservice", "app.kubernetes.io/name"])
+def test_the_operators_own_labels_cannot_be_set_by_settings(field: str, key: str) -> None:
+    with pytest.raises(ValueError, match="are the operator's own"):
+        Settings.model_validate({field: {key: "x"}})

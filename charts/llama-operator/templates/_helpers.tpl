@@ -50,3 +50,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/* watchNamespaces as a list, whether the values give a list or a comma-separated string. */}}
+{{- define "llama-operator.watchNamespaces" -}}
+{{- $given := .Values.watchNamespaces -}}
+{{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
+{{- $out := list -}}
+{{- range $given }}{{ $name := trim . }}{{ if $name }}{{ $out = append $out $name }}{{ end }}{{ end -}}
+{{- toJson $out -}}
+{{- end }}
+
+{{- define "llama-operator.image" -}}
+{{- if .Values.image.digest }}{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
+{{- end }}

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "llama-operator.dev/")
+# The same rule in the chart's values schema, so that `helm install` refuses it too.
+NOT_RESERVED_KEYS: dict[str, Any] = {
+    "propertyNames": {
+        "not": {"pattern": "^(" + "|".join(p.replace(".", "\\.") for p in RESERVED_LABEL_PREFIXES) + ")"}
+    }
+}
 
 
 class Settings(BaseModel):
@@ -26,7 +34,41 @@ class Settings(BaseModel):
     cpu_image: str | None = None
     field_manager: str = "llama-operator"
     autoscaler_field_manager: str = "llama-operator-autoscaler"
-    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    pod_annotations: Annotated[
+        dict[str, str], Field(description="Annotations on every vLLM pod the operator creates.")
+    ] = Field(default_factory=dict)
+    pod_labels: Annotated[
+        dict[str, str],
+        Field(
+            description="Labels on every vLLM pod the operator creates (cost allocation, policy engines). "
+            "The operator's own labels (app.kubernetes.io/*, llama-operator.dev/*) cannot be set here.",
+            json_schema_extra=NOT_RESERVED_KEYS,
+        ),
+    ] = Field(default_factory=dict)
+    image_pull_secrets: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]],
+        Field(
+            description="Secrets (in each LlamaService's namespace) for pulling vLLM images from a private registry."
+        ),
+    ] = Field(default_factory=list)
+    priority_class_name: Annotated[
+        str | None,
+        Field(description="PriorityClass of every vLLM pod (GPU pods usually outrank batch work)."),
+    ] = None
+    runtime_class_name: Annotated[
+        str | None,
+        Field(
+            description="RuntimeClass of every vLLM pod (e.g. nvidia, where the GPU runtime is not the default)."
+        ),
+    ] = None
+    pod_monitor_labels: Annotated[
+        dict[str, str],
+        Field(
+            description="Labels on the PodMonitors the operator creates, so that your Prometheus selects them "
+            "(kube-prometheus-stack: release=<its release name>).",
+            json_schema_extra=NOT_RESERVED_KEYS,
+        ),
+    ] = Field(default_factory=dict)
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = (
         "llamaservice"
@@ -69,3 +111,14 @@ class Settings(BaseModel):
     listen_address: Annotated[
         str, Field(description="Address the health and metrics ports listen on.", min_length=1)
     ] = "0.0.0.0"
+
+    @field_validator("pod_labels", "pod_monitor_labels")
+    @classmethod
+    def _not_ours(cls, labels: dict[str, str]) -> dict[str, str]:
+        taken = sorted(k for k in labels if k.startswith(RESERVED_LABEL_PREFIXES))
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)}: labels under {' and '.join(RESERVED_LABEL_PREFIXES)} are the operator's "
+                "own (its selectors use them); choose another key"
+            )
+        return labels

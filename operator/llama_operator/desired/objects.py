@@ -216,7 +216,14 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
     affinity = _affinity(plan)
     if affinity is not None:
         pod_spec["affinity"] = affinity
-    metadata: dict[str, Any] = {"labels": object_labels(name)}
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
+    if settings.priority_class_name:
+        pod_spec["priorityClassName"] = settings.priority_class_name
+    if settings.runtime_class_name:
+        pod_spec["runtimeClassName"] = settings.runtime_class_name
+    # The platform's labels first: the operator's own (its selectors) always win.
+    metadata: dict[str, Any] = {"labels": {**settings.pod_labels, **object_labels(name)}}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod_spec}
@@ -270,7 +277,7 @@ def build_pod_monitor(svc: LlamaService, settings: Settings) -> Manifest:
     return {
         "apiVersion": POD_MONITOR_API,
         "kind": "PodMonitor",
-        "metadata": _metadata(svc),
+        "metadata": _with_labels(_metadata(svc), settings.pod_monitor_labels),
         "spec": {
             "selector": {"matchLabels": selector_labels(svc.metadata.name)},
             "podMetricsEndpoints": [
@@ -290,6 +297,10 @@ def build_pod_monitor(svc: LlamaService, settings: Settings) -> Manifest:
             ],
         },
     }
+
+
+def _with_labels(metadata: Manifest, labels: dict[str, str]) -> Manifest:
+    return {**metadata, "labels": {**labels, **metadata["labels"]}} if labels else metadata
 
 
 def max_replicas(svc: LlamaService) -> int:

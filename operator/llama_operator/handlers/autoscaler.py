@@ -185,7 +185,7 @@ def autoscale_cycle(
                 field_manager=memo.settings.autoscaler_field_manager,
             )
             report.replica_writes += 1
-            metrics.wrote("Deployment/scale")
+            metrics.wrote("Deployment")  # a scale-subresource write
             metrics.scaled(namespace, name, current=view.current_replicas, replicas=outcome.replicas)
             message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
             log.info("autoscaler: %s", message)
@@ -202,7 +202,7 @@ def autoscale_cycle(
                 ),
             )
             report.status_writes += 1
-            metrics.wrote("LlamaService/status")
+            metrics.wrote("status")
         for event in outcome.events:
             memo.kube.post_event(
                 body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT

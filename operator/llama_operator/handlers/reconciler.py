@@ -164,7 +164,7 @@ def reconcile_llamaservice(
             key, body, memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=status)
         )
         result.status_written = True
-        memo.metrics.wrote("LlamaService/status")
+        memo.metrics.wrote("status")
     if result.writes or result.status_written:
         log.info(
             "reconciled %s/%s: %d object write(s)%s",
