@@ -111,7 +111,10 @@ def test_a_platform_teams_usual_values_reach_the_operator(cluster: Cluster, rele
         (["--set", "config.migStrategy=bogus"], "at '/config/migStrategy'"),
         (["--set", "replicaCount=two"], "at '/replicaCount'"),
         (["--set", "imagePullSecret=regcred"], "additional properties 'imagePullSecret' not allowed"),
-        (["--set-string", "config.podLabels.llama-operator\\.dev/x=1"], "invalid propertyName 'llama-operator.dev/x'"),
+        (
+            ["--set-string", "config.podLabels.llama-operator\\.dev/x=1"],
+            "invalid propertyName 'llama-operator.dev/x'",
+        ),
         (["--set", "metrics.serviceMonitor.enable=true"], "additional properties 'enable' not allowed"),
     ],
 )
