@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
     sub.add_parser("status", help="each component's PID, port and health; non-zero if any is down")
     b = sub.add_parser("binaries", help="only build/fetch the binaries (into the cache)")
-    b.add_argument("--only", nargs="*", choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes"])
+    b.add_argument(
+        "--only", nargs="*", choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes"]
+    )
     return p
 
 
