@@ -116,6 +116,7 @@ def test_a_platform_teams_usual_values_reach_the_operator(cluster: Cluster, rele
             "invalid propertyName 'llama-operator.dev/x'",
         ),
         (["--set", "metrics.serviceMonitor.enable=true"], "additional properties 'enable' not allowed"),
+        (["--set", "config.healthPort=0"], "config.healthPort: 0 turns the endpoint off"),
     ],
 )
 def test_a_bad_value_fails_at_install_time_naming_the_field(
