@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
+.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -27,6 +27,12 @@ crd: setup
 	$(VENV)/bin/llama-operator crd > crds/llamaservices.serving.llama-operator.dev.yaml
 	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
 	$(PY) -c "from llama_operator.api.chart_values import *; open(VALUES_SCHEMA_FILE, 'w').write(render_values_schema())"
+
+# The Grafana dashboard and the PrometheusRule template, from the operator's metric names (CI fails when
+# the committed files drift).
+monitoring: setup
+	$(PY) -c "from llama_operator.observability.dashboard import *; open(DASHBOARD_FILE, 'w').write(render_dashboard())"
+	$(PY) -c "from llama_operator.observability.rules import *; open(CHART_RULE_TEMPLATE_FILE, 'w').write(render_chart_template())"
 
 # The vLLM flag contract, from the pinned vLLM's own parser (CI fails when it drifts).
 vllm-flags: setup

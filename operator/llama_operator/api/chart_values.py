@@ -70,6 +70,89 @@ class MetricsValues(ValuesModel):
     service_monitor: ServiceMonitorValues = Field(default_factory=ServiceMonitorValues)
 
 
+# A Prometheus duration (rule `for:`): 90s, 15m, 1h30m.
+PromDuration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")]
+LabelKey = Annotated[
+    str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=316)
+]
+
+RUNBOOK_URL = "https://github.com/llama-operator/llama-operator/blob/main/docs/runbook.md"
+
+
+class GrafanaDashboardValues(ValuesModel):
+    enabled: Annotated[
+        bool, Field(description="Ship the dashboard as a ConfigMap that Grafana's dashboard sidecar loads.")
+    ] = True
+    label: Annotated[
+        LabelKey, Field(description="The label Grafana's sidecar looks for (sidecar.dashboards.label).")
+    ] = "grafana_dashboard"
+    label_value: Annotated[str, Field(description="Its value (sidecar.dashboards.labelValue).")] = "1"
+    namespace: Annotated[
+        str,
+        Field(
+            description="Namespace of the ConfigMap (default: the release's); the sidecar watches its own "
+            "namespace unless searchNamespace is ALL."
+        ),
+    ] = ""
+    annotations: Annotated[
+        dict[str, str],
+        Field(description="e.g. {grafana_folder: LLM} where the sidecar's folderAnnotation is set."),
+    ] = Field(default_factory=dict)
+
+
+class GrafanaValues(ValuesModel):
+    dashboard: GrafanaDashboardValues = Field(default_factory=GrafanaDashboardValues)
+
+
+class PrometheusRuleValues(ValuesModel):
+    """The SLO alerts (docs/runbook.md). The defaults are what the promtool tests run."""
+
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Create a PrometheusRule (Prometheus Operator) with the SLO recording rules and alerts."
+        ),
+    ] = False
+    additional_labels: Annotated[
+        dict[str, str],
+        Field(
+            description="Labels your Prometheus selects rules by (kube-prometheus-stack: release=<its release>)."
+        ),
+    ] = Field(default_factory=dict)
+    namespace: Annotated[
+        str, Field(description="Namespace of the PrometheusRule (default: the release's).")
+    ] = ""
+    operator_job: Annotated[
+        str,
+        Field(
+            description="The `job` label of the operator's scrape, for LlamaOperatorDown (default: "
+            "<fullname>-metrics, the job of the chart's ServiceMonitor).",
+            pattern=r"^[^\"'\\{}\n]*$",
+        ),
+    ] = ""
+    runbook_url: Annotated[
+        str, Field(description="Where docs/runbook.md is served; alerts link its sections.")
+    ] = RUNBOOK_URL
+    page_severity: Annotated[
+        str, Field(description="`severity` of alerts that page (fast budget burn, operator down).")
+    ] = "critical"
+    ticket_severity: Annotated[str, Field(description="`severity` of alerts that open a ticket.")] = "warning"
+    scaling_limited_for: Annotated[
+        PromDuration,
+        Field(description="LlamaServiceScalingLimited: at maxReplicas and missing the SLO for this long."),
+    ] = "15m"
+    no_metrics_for: Annotated[
+        PromDuration, Field(description="LlamaServiceNoMetrics: ready replicas but no signals for this long.")
+    ] = "10m"
+    operator_down_for: Annotated[
+        PromDuration,
+        Field(description="LlamaOperatorDown: no operator scraped up, or none leading, for this long."),
+    ] = "5m"
+    reconcile_errors_for: Annotated[
+        PromDuration, Field(description="LlamaOperatorReconcileErrors: reconciles failing for this long.")
+    ] = "15m"
+
+
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
@@ -108,6 +191,8 @@ class ChartValues(ValuesModel):
     ] = Field(default_factory=dict)
     service_account: ServiceAccountValues = Field(default_factory=ServiceAccountValues)
     metrics: MetricsValues = Field(default_factory=MetricsValues)
+    grafana: GrafanaValues = Field(default_factory=GrafanaValues)
+    prometheus_rule: PrometheusRuleValues = Field(default_factory=PrometheusRuleValues)
 
 
 def values_schema() -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""Metric and label names the dashboard and the rules read: the one place they are spelled.
+
+Operator names are the contract of infra/metrics.py (a test checks each one against its registry); vLLM
+names are those of the pinned vLLM (a test checks each one against a real server's /metrics)."""
+
+from __future__ import annotations
+
+from llama_operator.autoscale.promql import KV_CACHE_METRICS
+
+# Labels the operator's PodMonitor puts on vLLM series, and the operator puts on its per-service series.
+NS = "namespace"
+SVC = "llamaservice"
+BY_SERVICE = f"{NS}, {SVC}"
+
+# vLLM (V1 engine) series. Histograms are named by family; the queries add _bucket/_count.
+VLLM_TTFT = "vllm:time_to_first_token_seconds"  # includes the time queued
+VLLM_ITL = "vllm:inter_token_latency_seconds"  # TPOT (was time_per_output_token_seconds)
+VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_KV_CACHE = KV_CACHE_METRICS[0]
+# Older vLLMs (an image the user pinned) export the KV-cache usage under its former name: the panels
+# read either, as the autoscaler does.
+VLLM_KV_CACHE_ANY = "|".join(KV_CACHE_METRICS)
+VLLM_LEGACY_NAMES = frozenset(KV_CACHE_METRICS[1:])
+
+# The operator's own series (infra/metrics.py).
+OP_INFO = "llama_operator_info"
+OP_LEADER = "llama_operator_leader"
+OP_RECONCILES = "llama_operator_reconcile_total"
+OP_RECONCILE_SECONDS = "llama_operator_reconcile_duration_seconds"
+OP_WRITES = "llama_operator_object_writes_total"
+OP_API_ERRORS = "llama_operator_api_errors_total"
+OP_QUEUE_DEPTH = "llama_operator_workqueue_depth"
+OP_PLAN_REFUSALS = "llama_operator_plan_refusals_total"
+OP_DESIRED = "llama_operator_desired_replicas"
+OP_CURRENT = "llama_operator_current_replicas"
+OP_READY = "llama_operator_ready_replicas"
+OP_MIN = "llama_operator_min_replicas"
+OP_MAX = "llama_operator_max_replicas"
+OP_DECISIONS = "llama_operator_autoscaler_decisions_total"
+OP_TTFT_OBSERVED = "llama_operator_ttft_observed_seconds"
+OP_SLO_TTFT = "llama_operator_slo_ttft_seconds"
+OP_SLO_PERCENTILE = "llama_operator_slo_percentile"
+OP_SLO_MET = "llama_operator_slo_met"
+OP_NO_DATA = "llama_operator_signal_no_data_seconds"
+OP_GPUS = "llama_operator_gpus"
+OP_GPU_PRICE = "llama_operator_gpu_price_per_hour"
+OP_GPU_HOURS = "llama_operator_gpu_hours_total"
+OP_SLO_BUCKET = "llama_operator_slo_ttft_bucket"
+OP_CYCLE_SECONDS = "llama_operator_autoscaler_cycle_duration_seconds"
+OP_PROMETHEUS_ERRORS = "llama_operator_prometheus_errors_total"
+
+# Prometheus' own series.
+PROMETHEUS_UP = "up"
