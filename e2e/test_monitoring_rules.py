@@ -1,0 +1,420 @@
+"""The chart's alert rules under the real rule engine: `promtool check rules`, then `promtool test rules` on
+synthetic series for each alert (firing and not), and the chart's PrometheusRule template rendering to
+exactly the rules tested here.
+
+promtool is built by `e2e/cluster.sh up` (the same Prometheus version as the local cluster's); without it
+these tests skip locally and fail in CI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llama_operator.observability import rules as r
+from localcluster import info as cluster_info
+from localcluster.config import PROMETHEUS_VERSION, cache_paths
+from support import repo_root
+
+NAMESPACE = "team-a"  # of the LlamaServices in every scenario
+JOB = r.DEFAULT_OPERATOR_JOB
+
+
+def _tool(name: str, from_cluster: str, fallback: Path) -> Path:
+    loaded = cluster_info.load()
+    candidates = [Path(p) for p in (os.environ.get(name.upper()),) if p]
+    if loaded is not None and from_cluster in loaded.raw.get("binaries", {}):
+        candidates.append(Path(loaded.raw["binaries"][from_cluster]))
+    candidates.append(fallback)
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        message = (
+            f"{name} not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    return _tool("promtool", "promtool", cache_paths().binary("promtool", PROMETHEUS_VERSION))
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return _tool("helm", "helm", cache_paths().tools / "helm")
+
+
+@pytest.fixture(scope="module")
+def rule_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("rules") / "llama-operator.rules.yaml"
+    path.write_text(r.render_rule_file())
+    return path
+
+
+def _run(command: list[str | Path]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_promtool_accepts_the_rules(promtool: Path, rule_file: Path) -> None:
+    proc = _run([promtool, "check", "rules", rule_file])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(r.recording_rules()) + len(r.alerting_rules(r.default_params()))} rules found" in (
+        proc.stdout
+    )
+
+
+# ---- synthetic series -----------------------------------------------------------------------------------
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def ttft_service(
+    name: str, *, good: str, total: str, percentile: float = 95, slo_le: str = "0.5"
+) -> list[dict[str, str]]:
+    """vLLM's TTFT histogram of one replica (the SLO's bucket, a looser one that must not count, and the
+    count) and the operator's SLO series for it. `good` and `total` are promtool series notations."""
+    svc = {"namespace": NAMESPACE, "llamaservice": name}
+    vllm = {**svc, "pod": f"{name}-0", "model_name": name}
+    return [
+        {"series": f"vllm:time_to_first_token_seconds_bucket{_labels(**vllm, le=slo_le)}", "values": good},
+        # Every request is within 10 s: were the rules to read this bucket, nothing would ever burn.
+        {"series": f"vllm:time_to_first_token_seconds_bucket{_labels(**vllm, le='10.0')}", "values": total},
+        {"series": f"vllm:time_to_first_token_seconds_count{_labels(**vllm)}", "values": total},
+        {"series": f"llama_operator_slo_ttft_bucket{_labels(**svc, le=slo_le)}", "values": "1+0x5000"},
+        {"series": f"llama_operator_slo_percentile{_labels(**svc)}", "values": f"{percentile}+0x5000"},
+    ]
+
+
+def service_gauges(name: str, **gauges: str) -> list[dict[str, str]]:
+    svc = _labels(namespace=NAMESPACE, llamaservice=name, job=JOB)
+    return [{"series": f"llama_operator_{gauge}{svc}", "values": values} for gauge, values in gauges.items()]
+
+
+def _rule(alert: str, window: str | None = None) -> dict[str, Any]:
+    found = [
+        rule
+        for rule in r.alerting_rules(r.default_params())
+        if rule["alert"] == alert and (window is None or rule["labels"].get("window") == window)
+    ]
+    assert len(found) == 1, (alert, window)
+    return found[0]
+
+
+def expected_alert(alert: str, window: str | None = None, **labels: str) -> dict[str, Any]:
+    """The alert as it should fire: the rule's labels plus the series', its annotations with the labels
+    filled in (they use nothing but {{ $labels.x }})."""
+    rule = _rule(alert, window)
+    all_labels = {**rule["labels"], **labels}
+
+    def fill(text: str) -> str:
+        out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: all_labels[m.group(1)], text)
+        assert "{{" not in out, f"{alert}: annotation uses more than $labels: {text}"
+        return out
+
+    return {
+        "exp_labels": all_labels,
+        "exp_annotations": {k: fill(v) for k, v in rule["annotations"].items()},
+    }
+
+
+def run_scenario(
+    promtool: Path,
+    rule_file: Path,
+    tmp_path: Path,
+    series: list[dict[str, str]],
+    checks: list[tuple[str, str, list[dict[str, Any]]]],
+) -> None:
+    """One promtool test group: `series` sampled every minute, then each (time, alert, firing alerts)."""
+    test = {
+        "rule_files": [str(rule_file)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": at, "alertname": alert, "exp_alerts": firing}
+                    for at, alert, firing in checks
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    proc = _run([promtool, "test", "rules", path])
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n--- test file:\n{path.read_text()}"
+
+
+# ---- the TTFT burn-rate alerts --------------------------------------------------------------------------
+
+# A healthy service beside the burning one in every scenario: 1 % of requests miss its p95 SLO (a 5 %
+# budget), over the whole run, so no window ever burns it.
+HEALTHY = ttft_service("healthy", good="0+99x5000", total="0+100x5000")
+# And one without traffic: its ratios are NaN, which must never alert.
+IDLE = ttft_service("idle", good="0+0x5000", total="0+0x5000")
+
+
+def test_a_fast_burn_pages_on_the_1h_window_only(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+    # A day within the SLO, then an hour where 5 of 6 requests miss it: 0.83 > 14.4 x 0.05 over 1h and 5m,
+    # but the 6h (0.14 < 6 x 0.05), 1d and 3d ratios are still low.
+    burning = ttft_service("chat", good="0+60x1440 86410+10x60", total="0+60x1500")
+    page = expected_alert(r.BUDGET_BURN, "1h/5m", namespace=NAMESPACE, llamaservice="chat")
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        burning + HEALTHY + IDLE,
+        [("1439m", r.BUDGET_BURN, []), ("1500m", r.BUDGET_BURN, [page])],
+    )
+
+
+def test_a_sustained_fast_burn_pages_on_both_windows_and_tickets(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    # 5 of 6 requests miss the SLO from the start: after 6 h every window burns.
+    burning = ttft_service("chat", good="0+10x400", total="0+60x400")
+    svc = {"namespace": NAMESPACE, "llamaservice": "chat"}
+    every = [expected_alert(r.BUDGET_BURN, f"{w.long}/{w.short}", **svc) for w in r.BURN_WINDOWS]
+    run_scenario(promtool, rule_file, tmp_path, burning + HEALTHY, [("370m", r.BUDGET_BURN, every)])
+
+
+def test_a_slow_burn_opens_a_ticket_and_does_not_page(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    # 20 % of requests miss a p95 SLO for a day: 4x the budget. Over 3x (1d/2h) and 1x (3d/6h): tickets;
+    # under 6x and 14.4x: no page.
+    burning = ttft_service("chat", good="0+48x1500", total="0+60x1500")
+    svc = {"namespace": NAMESPACE, "llamaservice": "chat"}
+    tickets = [expected_alert(r.BUDGET_BURN, w, **svc) for w in ("1d/2h", "3d/6h")]
+    run_scenario(promtool, rule_file, tmp_path, burning + HEALTHY + IDLE, [("1440m", r.BUDGET_BURN, tickets)])
+
+
+def test_the_budget_is_the_services_own_percentile(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+    # The same 3 % of requests too slow: within a p95 SLO's budget, 30x a p99.9 SLO's (every window).
+    p95 = ttft_service("relaxed", good="0+97x100", total="0+100x100", percentile=95)
+    p999 = ttft_service("strict", good="0+97x100", total="0+100x100", percentile=99.9)
+    strict = [
+        expected_alert(r.BUDGET_BURN, f"{w.long}/{w.short}", namespace=NAMESPACE, llamaservice="strict")
+        for w in r.BURN_WINDOWS
+    ]
+    run_scenario(promtool, rule_file, tmp_path, p95 + p999, [("90m", r.BUDGET_BURN, strict)])
+
+
+# ---- LlamaServiceScalingLimited -------------------------------------------------------------------------
+
+
+def test_scaling_limited_fires_at_max_replicas_while_the_slo_is_missed(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    series = [
+        *service_gauges("at-max-missing", desired_replicas="4+0x40", max_replicas="4+0x40", slo_met="0+0x40"),
+        *service_gauges("at-max-meeting", desired_replicas="4+0x40", max_replicas="4+0x40", slo_met="1+0x40"),
+        *service_gauges("below-max", desired_replicas="3+0x40", max_replicas="4+0x40", slo_met="0+0x40"),
+        # Missed the SLO at max for 10 minutes, then got a higher max: never 15 minutes in a row.
+        *service_gauges("raised", desired_replicas="4+0x40", max_replicas="4+0x10 8+0x30", slo_met="0+0x40"),
+    ]
+    firing = expected_alert(r.SCALING_LIMITED, namespace=NAMESPACE, llamaservice="at-max-missing")
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [
+            ("14m", r.SCALING_LIMITED, []),
+            ("16m", r.SCALING_LIMITED, [firing]),
+            ("40m", r.SCALING_LIMITED, [firing]),
+        ],
+    )
+
+
+# ---- LlamaServiceNoMetrics ------------------------------------------------------------------------------
+
+
+def _waiting(name: str) -> dict[str, str]:
+    return {
+        "series": f"vllm:num_requests_waiting{_labels(namespace=NAMESPACE, llamaservice=name, pod=f'{name}-0')}",
+        "values": "0+0x30",
+    }
+
+
+def test_no_metrics_fires_for_ready_replicas_without_signals(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    series = [
+        # The autoscaler has had no signals since the start (its own view).
+        *service_gauges("blind", ready_replicas="2+0x30", signal_no_data_seconds="0+60x30"),
+        _waiting("blind"),
+        # The autoscaler has signals, but this Prometheus has no vLLM series of it (PodMonitor not selected).
+        *service_gauges("unscraped", ready_replicas="2+0x30", signal_no_data_seconds="0+0x30"),
+        # Healthy: signals, and series here.
+        *service_gauges("fine", ready_replicas="2+0x30", signal_no_data_seconds="0+0x30"),
+        _waiting("fine"),
+        # No ready replica: nothing to measure yet.
+        *service_gauges("starting", ready_replicas="0+0x30", signal_no_data_seconds="0+60x30"),
+    ]
+    blind = expected_alert(r.NO_METRICS, namespace=NAMESPACE, llamaservice="blind")
+    unscraped = expected_alert(r.NO_METRICS, namespace=NAMESPACE, llamaservice="unscraped")
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [("9m", r.NO_METRICS, []), ("12m", r.NO_METRICS, [blind, unscraped])],
+    )
+
+
+# ---- LlamaOperatorDown ----------------------------------------------------------------------------------
+
+
+def _operator(pod: str, up: str, leader: str | None) -> list[dict[str, str]]:
+    labels = _labels(job=JOB, instance=f"{pod}:8081", pod=pod)
+    out = [{"series": f"up{labels}", "values": up}]
+    if leader is not None:
+        out.append({"series": f"llama_operator_leader{labels}", "values": leader})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case", "series"),
+    [
+        # Scraped but failing (crash loop): up is 0.
+        ("down", _operator("op-0", up="0+0x20", leader=None)),
+        # Never scraped at all (no target): no up series.
+        ("never scraped", []),
+        # Two replicas up, both standby (a lost Lease, a stuck election): nobody acts.
+        ("no leader", _operator("op-0", "1+0x20", "0+0x20") + _operator("op-1", "1+0x20", "0+0x20")),
+    ],
+)
+def test_operator_down_fires(
+    promtool: Path,
+    rule_file: Path,
+    tmp_path: Path,
+    case: str,
+    series: list[dict[str, str]],
+) -> None:
+    # Another scrape job's up series is nothing to this alert.
+    other = [{"series": _labels_up("kubelet"), "values": "1+0x20"}]
+    firing = expected_alert(r.OPERATOR_DOWN)
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series + other,
+        [("4m", r.OPERATOR_DOWN, []), ("6m", r.OPERATOR_DOWN, [firing])],
+    )
+
+
+def _labels_up(job: str) -> str:
+    return f"up{_labels(job=job, instance='x:1')}"
+
+
+def test_operator_down_is_quiet_with_a_leader_and_a_standby(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    # The leader is up; then it dies and the standby takes over within a minute: no alert. Then the
+    # standby stays alone without leading: the alert fires 5 minutes later.
+    series = _operator("op-0", "1+0x10 0+0x20", "1+0x10 0+0x20") + _operator(
+        "op-1", "1+0x30", "0+0x11 1+0x8 0+0x10"
+    )
+    firing = expected_alert(r.OPERATOR_DOWN)
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [("10m", r.OPERATOR_DOWN, []), ("22m", r.OPERATOR_DOWN, []), ("27m", r.OPERATOR_DOWN, [firing])],
+    )
+
+
+# ---- LlamaOperatorReconcileErrors -----------------------------------------------------------------------
+
+
+def test_reconcile_errors_fire_only_when_they_go_on(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+    labels = {"job": JOB, "instance": "op-0:8081"}
+    series = [
+        {
+            "series": f"llama_operator_reconcile_total{_labels(**labels, result='success')}",
+            "values": "0+5x60",
+        },
+        # One error a minute for the first 40 minutes, then none.
+        {
+            "series": f"llama_operator_reconcile_total{_labels(**labels, result='error')}",
+            "values": "0+1x40 40+0x20",
+        },
+    ]
+    firing = expected_alert(r.RECONCILE_ERRORS, job=JOB)
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [
+            ("14m", r.RECONCILE_ERRORS, []),
+            ("30m", r.RECONCILE_ERRORS, [firing]),
+            ("55m", r.RECONCILE_ERRORS, []),
+        ],
+    )
+
+
+# ---- the chart ------------------------------------------------------------------------------------------
+
+
+def _helm_template(helm: Path, *values: str) -> list[dict[str, Any]]:
+    proc = _run([helm, "template", "llama-operator", repo_root() / "charts" / "llama-operator", *values])
+    assert proc.returncode == 0, proc.stderr
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def test_the_chart_renders_the_tested_rules(helm: Path) -> None:
+    docs = _helm_template(
+        helm, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.additionalLabels.release=kps"
+    )
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    assert rule["spec"] == yaml.safe_load(r.render_rule_file())
+
+
+def test_the_chart_fills_in_its_values(helm: Path) -> None:
+    values = {
+        "operatorJob": "custom-job",
+        "runbookUrl": "https://wiki.example.com/llama: runbook",
+        "pageSeverity": "page",
+        "ticketSeverity": "ticket",
+        "scalingLimitedFor": "30m",
+        "noMetricsFor": "20m",
+        "operatorDownFor": "2m",
+        "reconcileErrorsFor": "1h",
+    }
+    sets = [arg for k, v in values.items() for arg in ("--set-string", f"prometheusRule.{k}={v}")]
+    docs = _helm_template(
+        helm, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.namespace=monitoring", *sets
+    )
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["namespace"] == "monitoring"
+    params = r.RuleParams(
+        operator_job="custom-job",
+        runbook_url=values["runbookUrl"],
+        page_severity="page",
+        ticket_severity="ticket",
+        scaling_limited_for="30m",
+        no_metrics_for="20m",
+        operator_down_for="2m",
+        reconcile_errors_for="1h",
+    )
+    assert rule["spec"] == yaml.safe_load(r.render_rule_file(params))
+
+
+def test_the_rules_are_off_by_default_and_the_dashboard_on(helm: Path) -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in _helm_template(helm)}
+    assert not any(kind == "PrometheusRule" for kind, _ in kinds)
+    assert ("ConfigMap", "llama-operator-dashboard") in kinds
