@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from llama_operator.observability import names, usage
+
 
 def _load_server_module() -> ModuleType:
     # By path under a unique name: "server" is too generic for sys.path, and a package
@@ -232,3 +234,15 @@ def test_operator_signals_from_real_prometheus_scraping_real_vllm(server: Any) -
     while fetch(10).status is not SignalStatus.NO_DATA and time.monotonic() < deadline:
         time.sleep(2)
     assert fetch(10).status is SignalStatus.NO_DATA
+
+
+def test_every_vllm_series_the_dashboard_and_alerts_read_is_exported(server: Any) -> None:
+    """The Grafana dashboard and the PrometheusRule read only series this vLLM exports (or, for the KV
+    cache, also the name older vLLMs used)."""
+    exported = {name for name, _, _ in vs.parse_samples(server.metrics_text())}
+    used = {name for name in usage.series_names() if name.startswith("vllm:")}
+    assert names.VLLM_KV_CACHE in used
+    missing = used - exported - names.VLLM_LEGACY_NAMES
+    assert not missing, (
+        f"the dashboard or alerts read series vLLM {vs.VLLM_VERSION} does not export: {sorted(missing)}"
+    )

@@ -1,0 +1,199 @@
+"""The dashboard and the alert rules: the chart's files are what the generator writes, every metric they
+read is one the operator exports, the dashboard is well formed, and every alert has its runbook section."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from llama_operator.infra.metrics import Holding, OperatorMetrics, ServiceObservation
+from llama_operator.observability import dashboard as d
+from llama_operator.observability import names, usage
+from llama_operator.observability import rules as r
+from tests.docs.test_links import anchors
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def used_names() -> set[str]:
+    return usage.series_names()
+
+
+def test_the_committed_dashboard_is_the_generated_one() -> None:
+    committed = (REPO / d.DASHBOARD_FILE).read_text()
+    assert committed == d.render_dashboard(), f"{d.DASHBOARD_FILE} is stale: run `make monitoring`"
+
+
+def test_the_committed_rule_template_is_the_generated_one() -> None:
+    committed = (REPO / r.CHART_RULE_TEMPLATE_FILE).read_text()
+    assert committed == r.render_chart_template(), (
+        f"{r.CHART_RULE_TEMPLATE_FILE} is stale: run `make monitoring`"
+    )
+
+
+def exposed_operator_series() -> set[str]:
+    """Sample names a real OperatorMetrics exposes once every metric has been touched."""
+    metrics = OperatorMetrics(version="test")
+    metrics.observe(
+        ServiceObservation(
+            namespace="team-a",
+            name="chat",
+            desired_replicas=3,
+            current_replicas=2,
+            ready_replicas=2,
+            min_replicas=1,
+            max_replicas=4,
+            ttft_seconds=0.4,
+            slo_ttft_seconds=0.5,
+            slo_percentile=95.0,
+            slo_met=True,
+            no_data_seconds=0.0,
+        )
+    )
+    metrics.hold([Holding("team-a", "chat", 2, 0.5)], now=0.0)
+    metrics.reconciled("success", 0.01)
+    metrics.wrote("Deployment")
+    metrics.api_error("Deployment", 409)
+    metrics.plan_refused("NoFit")
+    metrics.scaled("team-a", "chat", current=2, replicas=3)
+    metrics.prometheus_errors.inc()
+    metrics.cycle_seconds.observe(0.1)
+    text = metrics.exposition().decode()
+    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_every_operator_series_used_is_one_the_operator_exports() -> None:
+    exposed = exposed_operator_series()
+    used = {name for name in used_names() if name.startswith("llama_operator_")}
+    assert used, "the dashboard and rules read no operator series?"
+    assert used - exposed == set(), f"not exported by infra/metrics.py: {sorted(used - exposed)}"
+
+
+def test_every_operator_name_constant_is_exported() -> None:
+    exposed = exposed_operator_series()
+    constants = {v for k, v in vars(names).items() if k.startswith("OP_")}
+    # Histograms are named by family: their series add _bucket/_sum/_count.
+    missing = {c for c in constants if c not in exposed and f"{c}_bucket" not in exposed}
+    assert not missing, f"names.py spells names infra/metrics.py does not export: {sorted(missing)}"
+
+
+def test_every_vllm_name_used_is_spelled_in_names() -> None:
+    """The real-vLLM test (e2e/vllm/test_vllm_real.py) checks names.py against a server's /metrics."""
+    spelled = {v for k, v in vars(names).items() if k.startswith("VLLM_") and isinstance(v, str)}
+    spelled |= {"vllm:" + part.removeprefix("vllm:") for part in names.VLLM_KV_CACHE_ANY.split("|")}
+    used = {
+        name.removesuffix("_bucket").removesuffix("_count")
+        for name in used_names()
+        if name.startswith("vllm:")
+    }
+    assert used and used <= spelled, sorted(used - spelled)
+
+
+# ---- the dashboard ---------------------------------------------------------------------------------------
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in d.dashboard()["panels"] if p["type"] != "row"]
+
+
+def test_panels_have_unique_ids_and_do_not_overlap() -> None:
+    board = d.dashboard()["panels"]
+    assert len({p["id"] for p in board}) == len(board)
+    cells: dict[tuple[int, int], str] = {}
+    for p in board:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+def test_every_variable_a_query_uses_is_defined() -> None:
+    board = d.dashboard()
+    defined = {v["name"] for v in board["templating"]["list"]} | {"__rate_interval", "__range", "__interval"}
+    for expr in d.expressions():
+        used = set(re.findall(r"\$(\w+)", expr))
+        assert used <= defined, (expr, used - defined)
+    for p in panels():
+        assert p["targets"], p["title"]
+        assert p["datasource"]["uid"] == "${datasource}"
+
+
+def test_per_service_panels_select_by_both_variables() -> None:
+    service_titles = {p.title for p in d.SERVICE_PANELS}
+    for p in panels():
+        if p["title"] in service_titles:
+            for t in p["targets"]:
+                assert '=~"$namespace"' in t["expr"] and '=~"$llamaservice"' in t["expr"], t["expr"]
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "TTFT vs SLO",
+        "TPOT (inter-token latency)",
+        "Queue depth (waiting requests)",
+        "Running requests",
+        "KV-cache usage",
+        "Tokens/s",
+        "Replicas",
+        "GPUs held and cost per hour",
+        "GPU-hours and cost over the time range",
+        "Reconciles by result",
+        "Leader",
+    ],
+)
+def test_the_dashboard_has_the_panel(title: str) -> None:
+    assert title in {p["title"] for p in panels()}
+
+
+def test_autoscaler_decisions_are_annotations() -> None:
+    annotations = d.dashboard()["annotations"]["list"]
+    (decisions,) = [a for a in annotations if a["name"] == "Autoscaler decisions"]
+    assert names.OP_DECISIONS in decisions["expr"]
+
+
+def test_the_dashboard_is_json_grafana_can_read() -> None:
+    board = json.loads((REPO / d.DASHBOARD_FILE).read_text())
+    assert board["uid"] == d.DASHBOARD_UID and board["schemaVersion"] >= 36
+
+
+# ---- the rules -------------------------------------------------------------------------------------------
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    sections = anchors(REPO / "docs" / "runbook.md")
+    alerts = r.alerting_rules(r.default_params())
+    assert {a["alert"] for a in alerts} == set(r.ALERTS)
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        base, _, anchor = url.partition("#")
+        assert base == r.RuleParams.from_values(r.PrometheusRuleValues(), operator_job="x").runbook_url
+        assert anchor in sections, f"docs/runbook.md has no section for {alert['alert']} (#{anchor})"
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+
+
+def test_the_burn_windows_are_the_sre_workbooks() -> None:
+    pairs = {(w.long, w.short, w.factor, w.pages) for w in r.BURN_WINDOWS}
+    assert pairs == {
+        ("1h", "5m", 14.4, True),
+        ("6h", "30m", 6, True),
+        ("1d", "2h", 3, False),
+        ("3d", "6h", 1, False),
+    }
+    recorded = {rule["record"] for rule in r.recording_rules()}
+    for w in r.BURN_WINDOWS:
+        assert (
+            r.BAD_RATIO.format(window=w.long) in recorded and r.BAD_RATIO.format(window=w.short) in recorded
+        )
+
+
+def test_the_rule_file_is_yaml_of_the_generated_groups() -> None:
+    assert yaml.safe_load(r.render_rule_file()) == {"groups": r.rule_groups(r.default_params())}
