@@ -7,15 +7,20 @@ these tests skip locally and fail in CI."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from llama_operator.observability import dashboard as d
 from llama_operator.observability import rules as r
 from localcluster import info as cluster_info
 from localcluster.config import PROMETHEUS_VERSION, cache_paths
@@ -418,3 +423,37 @@ def test_the_rules_are_off_by_default_and_the_dashboard_on(helm: Path) -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for d in _helm_template(helm)}
     assert not any(kind == "PrometheusRule" for kind, _ in kinds)
     assert ("ConfigMap", "llama-operator-dashboard") in kinds
+
+
+# ---- the dashboard's queries on the real Prometheus ------------------------------------------------------
+
+# What Grafana puts in place of its variables before it sends a query.
+GRAFANA_VARIABLES = {"$namespace": ".*", "$llamaservice": ".*", "$__rate_interval": "1m", "$__range": "1h"}
+
+
+def as_grafana_sends(expr: str) -> str:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    inner = re.fullmatch(
+        r"label_values\((.*), \w+\)", expr
+    )  # a variable's query: Grafana asks for the series
+    return inner.group(1) if inner else expr
+
+
+@pytest.mark.e2e
+def test_prometheus_runs_every_dashboard_query(cluster: Any) -> None:
+    """Each panel, annotation and variable query parses and evaluates on the local cluster's Prometheus
+    (the version the chart is tested with): a typo in PromQL, a bad grouping or matcher fails here."""
+    failures = []
+    for expr in d.expressions():
+        sent = as_grafana_sends(expr)
+        assert "$" not in sent, sent
+        url = f"{cluster.info.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': sent})}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                status = json.loads(response.read())["status"]
+        except urllib.error.HTTPError as err:
+            status = f"{err.code}: {err.read().decode()}"
+        if status != "success":
+            failures.append(f"{sent}\n  -> {status}")
+    assert not failures, "\n".join(failures)
