@@ -20,6 +20,7 @@ from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, sh
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.fleetsim.commands import register as register_fleet_commands
+from llama_operator.infra.measure_commands import register as register_measure_commands
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
@@ -408,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_simulator_commands(sub)
     register_fleet_commands(sub)
+    register_measure_commands(sub)
     return parser
 
 

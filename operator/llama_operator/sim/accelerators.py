@@ -91,12 +91,27 @@ class ReplicaProfile:
     kv_capacity_tokens: int
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    # Measured profiles (sim.profile) only; zero for the data-sheet ones: the compute each decoding
+    # sequence adds to a step (CPU, or a GPU at large batch), and the fixed latency a request sees
+    # outside the engine (HTTP, tokenisation, detokenisation), added to its first and last token.
+    seconds_per_decode_sequence: float = 0.0
+    request_overhead_seconds: float = 0.0
 
     @property
     def prefill_tokens_per_second(self) -> float:
         """Prefill throughput with full chunks, decode overhead included."""
         chunk = self.max_num_batched_tokens
         return chunk / (self.step_base_seconds + chunk * self.seconds_per_prefill_token)
+
+    def step_seconds(self, decoding: int, context_tokens: int, prefill_tokens: int) -> float:
+        """One engine step: `decoding` sequences holding `context_tokens` of context each get a token,
+        and `prefill_tokens` prompt tokens are computed."""
+        return (
+            self.step_base_seconds
+            + self.seconds_per_decode_sequence * decoding
+            + self.seconds_per_context_token * context_tokens
+            + self.seconds_per_prefill_token * prefill_tokens
+        )
 
 
 def replica_profile(accelerator: str, model: str = "llama-3.2-1b", max_num_seqs: int = 256) -> ReplicaProfile:

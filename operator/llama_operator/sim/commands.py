@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from llama_operator.sim.accelerators import ACCELERATORS, MODELS
+from llama_operator.sim.profile import load_profile
 from llama_operator.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
 from llama_operator.sim.trace import BUNDLED_TRACES, load_trace
 
@@ -28,6 +29,13 @@ JSON_KEYS = (
 def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS), help="replica hardware")
     parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS), help="model architecture")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="a profile measured by `llama-operator profile` (JSON): replaces --accelerator/--model's "
+        "data-sheet estimate and the policy's capacity prior",
+    )
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT objective in seconds (default 1)")
     parser.add_argument(
         "--percentile", type=float, default=95.0, help="TTFT percentile held to it (default 95)"
@@ -59,7 +67,9 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
+    measured = load_profile(args.profile).replica_profile() if args.profile is not None else None
     return Scenario(
+        measured=measured,
         accelerator=args.accelerator,
         model=args.model,
         slo_ttft_seconds=args.slo_ttft,
@@ -72,6 +82,12 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         target_attainment=args.target_attainment,
         scale_down_stabilization_seconds=args.stabilization,
     )
+
+
+def _hardware(scenario: Scenario) -> str:
+    if scenario.measured is not None:
+        return f"{scenario.measured.accelerator.name} (measured profile)"
+    return scenario.accelerator
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -124,7 +140,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         scaled = f" (rate x{args.rate_scale:g}, time x{args.time_scale:g})"
     print(f"trace {trace.name}{scaled}: {len(trace.requests)} requests over {trace.duration / 60:.1f} min")
     print(
-        f"policy {summary.policy} on {scenario.accelerator} ({scenario.model}), "
+        f"policy {summary.policy} on {_hardware(scenario)} ({scenario.model}), "
         f"SLO p{scenario.percentile:g} TTFT <= {scenario.slo_ttft_seconds:g}s"
     )
     print(f"  requests within SLO        {summary.requests_within_slo:.2%}")

@@ -158,11 +158,7 @@ class Replica:
             self._chunks = chunks
             self._prefill_tokens = prefill_tokens
             self._segment_steps = 1
-            duration = (
-                profile.step_base_seconds
-                + profile.seconds_per_context_token * self._context_tokens
-                + profile.seconds_per_prefill_token * prefill_tokens
-            )
+            duration = profile.step_seconds(batch, self._context_tokens, prefill_tokens)
         elif batch:
             self._kind = _DECODE
             self._segment_steps = self._decoding[0][0] - self._steps
@@ -176,7 +172,8 @@ class Replica:
     def _decode_duration(self, steps: int) -> float:
         profile = self.profile
         batch = len(self._decoding)
-        return steps * profile.step_base_seconds + profile.seconds_per_context_token * (
+        base = profile.step_base_seconds + profile.seconds_per_decode_sequence * batch
+        return steps * base + profile.seconds_per_context_token * (
             steps * self._context_tokens + batch * steps * (steps - 1) / 2
         )
 
@@ -190,7 +187,10 @@ class Replica:
         batch = len(self._decoding)
         quadratic = profile.seconds_per_context_token * batch / 2
         linear = (
-            profile.step_base_seconds + profile.seconds_per_context_token * self._context_tokens - quadratic
+            profile.step_base_seconds
+            + profile.seconds_per_decode_sequence * batch
+            + profile.seconds_per_context_token * self._context_tokens
+            - quadratic
         )
         if quadratic > 0:
             root = (-linear + math.sqrt(linear * linear + 4 * quadratic * elapsed)) / (2 * quadratic)
@@ -220,7 +220,7 @@ class Replica:
                 if request.prefill_left > 0:
                     continue
                 self._prefilling.remove(request)
-                request.first_token_time = now
+                request.first_token_time = now + self.profile.request_overhead_seconds
                 result.first_tokens.append(request)
                 result.generation_tokens += 1
                 if request.output_tokens <= 1:
@@ -245,6 +245,6 @@ class Replica:
         return result
 
     def _complete(self, request: SimRequest, now: float, result: StepResult) -> None:
-        request.finish_time = now
+        request.finish_time = now + self.profile.request_overhead_seconds
         self._kv_reserved -= request.prompt_tokens + request.output_tokens
         result.finished.append(request)

@@ -7,7 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
-from llama_operator.sim.accelerators import PUBLISHED_PREFILL_TOKENS_PER_SECOND, replica_profile
+from llama_operator.sim.accelerators import (
+    PUBLISHED_PREFILL_TOKENS_PER_SECOND,
+    ReplicaProfile,
+    replica_profile,
+)
 from llama_operator.sim.fleet import FleetConfig, SimPolicy, SimulationResult, simulate
 from llama_operator.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_schedule, reactive_schedule
 from llama_operator.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
@@ -37,6 +41,9 @@ class Scenario:
     scrape_interval: int = 5
     queue_depth_per_replica: float = 4.0
     scale_down_stabilization_seconds: int = 300
+    # A measured replica (`llama-operator profile`, sim.profile) instead of the data-sheet estimate of
+    # `accelerator`: its step times, limits and price, and its prefill throughput as the policy's prior.
+    measured: ReplicaProfile | None = None
     # The share of requests the benchmark asks to be within the objective (the "99 %"); it
     # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
     target_attainment: float = 0.99
@@ -59,7 +66,7 @@ class Scenario:
 
     def fleet(self) -> FleetConfig:
         return FleetConfig(
-            profile=replica_profile(self.accelerator, self.model),
+            profile=self.measured or replica_profile(self.accelerator, self.model),
             cold_start_seconds=self.cold_start_seconds,
             scrape_interval=self.scrape_interval,
         )
@@ -92,7 +99,10 @@ class ScenarioRunner:
     def policy(self, name: str, target: float | None = None) -> SimPolicy:
         spec = self.scenario.spec()
         if name == "slo":
-            prior = PUBLISHED_PREFILL_TOKENS_PER_SECOND.get(self.scenario.accelerator)
+            if self.scenario.measured is not None:
+                prior: float | None = self.scenario.measured.prefill_tokens_per_second
+            else:
+                prior = PUBLISHED_PREFILL_TOKENS_PER_SECOND.get(self.scenario.accelerator)
             return SloPolicy(spec, capacity_prior=prior)
         if name == "hpa":
             return HpaPolicy(spec, target, name="hpa" if target is None else f"hpa(target={target:g})")

