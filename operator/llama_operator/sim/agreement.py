@@ -101,8 +101,12 @@ class LevelComparison:
     simulated: dict[str, float]
 
     def error(self, metric: str) -> float:
-        """(simulated - real) / real."""
-        return self.simulated[metric] / self.real[metric] - 1
+        """(simulated - real) / real; infinite when real is 0 and simulated is not (a stream the client
+        read in one piece has a TPOT of 0)."""
+        real, simulated = self.real[metric], self.simulated[metric]
+        if real == 0:
+            return 0.0 if simulated == 0 else math.inf
+        return simulated / real - 1
 
     def worst(self) -> tuple[str, float]:
         return max(((m, self.error(m)) for m in METRICS), key=lambda item: abs(item[1]))
