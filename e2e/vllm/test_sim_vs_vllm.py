@@ -7,6 +7,7 @@ must agree within 25 % at every level. `pytest -s` prints the comparison table."
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,10 +86,11 @@ def test_the_profile_measures_the_server(measured: MeasuredProfile) -> None:
     assert 0 < fit.per_prefill_token < 1e-3 and 1e-4 < fit.base < 0.1
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="on a 2-core host the API server, vLLM's busy-polling engine-core process and the client share "
-    "one core and saturate before the engine does; the simulator models the engine (docs/bench/sim-vs-vllm.md)",
+@pytest.mark.skipif(
+    os.environ.get("LLAMA_OPERATOR_SIM_VS_VLLM") != "1",
+    reason="a benchmark (`make sim-vs-vllm`), not a CI step: on a 2-core host the API server, vLLM's "
+    "busy-polling engine-core process and the client share one core and saturate before the engine does, "
+    "so the engine-only simulator misses the 25 % target (docs/bench/sim-vs-vllm.md)",
 )
 def test_simulator_agrees_with_the_real_server(server: Any, measured: MeasuredProfile) -> None:
     rows = compare(
