@@ -70,6 +70,29 @@ class AutoscalerState(WireModel):
             gt=0,
         ),
     ] = None
+    decode_step_seconds: Annotated[
+        float | None,
+        Field(
+            description="The plan's decode step time with nothing but the weights to read: with "
+            "decodeSecondsPerContextToken, the batch a replica decodes within the TPOT objective.",
+            gt=0,
+        ),
+    ] = None
+    decode_seconds_per_context_token: Annotated[
+        float | None,
+        Field(description="The plan's decode step time per token of context read.", gt=0),
+    ] = None
+    prefill_seconds_per_token: Annotated[
+        float | None,
+        Field(description="The plan's step time per prompt token computed.", gt=0),
+    ] = None
+    chunk_tokens: Annotated[
+        int | None,
+        Field(
+            description="The plan's step budget (--max-num-batched-tokens): the prompt chunk a step may carry.",
+            ge=1,
+        ),
+    ] = None
     capacity_corrected_time: Annotated[
         float | None, Field(description="Unix time the capacity estimate was last lowered.")
     ] = None
@@ -81,6 +104,12 @@ class AutoscalingStatus(WireModel):
     desired_replicas: Annotated[int | None, Field(description="Replicas the autoscaler wants.")] = None
     observed_ttft_seconds: Annotated[
         float | None, Field(description="TTFT at the SLO percentile over the last window, in seconds.")
+    ] = None
+    observed_tpot_seconds: Annotated[
+        float | None,
+        Field(
+            description="TPOT (inter-token latency) at the SLO percentile over the last window, in seconds."
+        ),
     ] = None
     observed_queue_depth: Annotated[float | None, Field(description="Requests waiting, all replicas.")] = None
     observed_queue_per_replica: Annotated[

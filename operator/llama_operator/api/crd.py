@@ -131,6 +131,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".spec.autoscaling.slo.ttftSeconds",
         "description": "TTFT objective, seconds",
     },
+    {
+        "name": "TPOT",
+        "type": "number",
+        "jsonPath": ".status.autoscaling.observedTpotSeconds",
+        "description": "Observed time per output token (inter-token latency) at the SLO percentile, seconds",
+    },
+    {
+        "name": "TPOT-SLO",
+        "type": "number",
+        "jsonPath": ".spec.autoscaling.slo.tpotSeconds",
+        "description": "TPOT objective, seconds (empty: none)",
+    },
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -80,6 +80,29 @@ class Plan(WireModel):
             "autoscaler's capacity estimate, which it then learns from observed load."
         ),
     ] = 0.0
+    max_num_batched_tokens: Annotated[
+        int,
+        Field(description="Token budget of one engine step (--max-num-batched-tokens: the prefill chunk)."),
+    ] = 0
+    enforce_eager: Annotated[
+        bool, Field(description="CUDA graphs off (--enforce-eager), to leave their memory to the KV cache.")
+    ] = False
+    decode_step_seconds: Annotated[
+        float,
+        Field(
+            description="Estimated time of a decode step with nothing but the weights to read (fixed overhead "
+            "plus weights / bandwidth); with decodeSecondsPerContextToken it sizes maxNumSeqs for the TPOT "
+            "objective and seeds the autoscaler's decode capacity."
+        ),
+    ] = 0.0
+    decode_seconds_per_context_token: Annotated[
+        float,
+        Field(description="Estimated decode step time per token of context read (KV bytes / bandwidth)."),
+    ] = 0.0
+    prefill_seconds_per_token: Annotated[
+        float,
+        Field(description="Estimated step time per prompt token computed (2 x parameters / FLOPS reached)."),
+    ] = 0.0
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )

@@ -19,6 +19,12 @@ hold, never scale down blind. Idle: the need is minReplicas, reached through the
 A breach the model cannot explain (TTFT above the SLO for two whole signal windows, nothing starting,
 while the model says the replicas suffice) adds one replica per such breach: the SLO is never held
 broken below maxReplicas on the model's word.
+
+With a TPOT objective, decode sizes replicas too: a replica decodes at most the batch whose step (its
+weights, the batch's KV cache and a prompt chunk read in one step) fits the objective, from the plan's
+step model (catalog.performance, the same function that caps max-num-seqs); the replicas needed are
+the observed output-token rate over that batch's tokens per second. The need is the larger of the
+TTFT- and the TPOT-driven ones, and a TPOT above its objective counts as a breach like TTFT's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.queueing import replicas_for_wait
 from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.catalog.performance import StepModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,9 @@ class Decision:
     needed_replicas: int | None  # replicas the load needs (None on no data), before min/max
     scaling_limited: bool  # the SLO needs more than maxReplicas
     limited_message: str | None
-    slo_met: bool | None  # observed TTFT percentile within the SLO; None when there is no observation
+    slo_met: (
+        bool | None
+    )  # observed TTFT (and TPOT) percentile within the SLO; None when there is no observation
     no_data: bool
 
 
@@ -113,6 +122,9 @@ def decide(
         need = _needed_replicas(
             spec, signals, capacity, breach_seconds=breach_seconds, absorbing=absorbing, tuning=tuning
         )
+        decode = _replicas_by_decode(spec, signals, state, tuning, breach_seconds=breach_seconds)
+        if decode is not None and decode.replicas > need.replicas:
+            need = decode
 
     recommended = min(max(need.replicas, low), high)
     # No history (autoscaling just enabled, or state lost): the stabilization window starts now, with the
@@ -227,16 +239,83 @@ def _persistent_breach_since(
 ) -> float | None:
     """Since when the TTFT percentile has been above the SLO at every evaluation with no replica
     starting; None when it is not now (a start resets it: the new replica gets its chance first)."""
-    ttft = signals.ttft_percentile_seconds
-    if ttft is None or ttft <= spec.slo.ttft_seconds or signals.starting_replicas > 0:
+    if _slo_met(spec, signals) is not False or signals.starting_replicas > 0:
         return None
     return state.slo_breach_since if state.slo_breach_since is not None else now
 
 
-def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
-    if signals.ttft_percentile_seconds is None:
+def _tpot_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
+    tpot = signals.tpot_percentile_seconds
+    if spec.slo.tpot_seconds is None or tpot is None:
         return None
-    return signals.ttft_percentile_seconds <= spec.slo.ttft_seconds
+    return tpot <= spec.slo.tpot_seconds
+
+
+def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
+    """Both objectives held (False when either is missed; None when neither was observed)."""
+    ttft = signals.ttft_percentile_seconds
+    ttft_met = None if ttft is None else ttft <= spec.slo.ttft_seconds
+    tpot_met = _tpot_met(spec, signals)
+    if ttft_met is False or tpot_met is False:
+        return False
+    if ttft_met is None and tpot_met is None:
+        return None
+    return True
+
+
+def _step_model(state: AutoscalerState) -> StepModel | None:
+    """The plan's step model, as the reconciler seeded it into the state; None when unknown."""
+    if state.decode_step_seconds is None or state.decode_seconds_per_context_token is None:
+        return None
+    return StepModel(
+        weight_read_seconds=state.decode_step_seconds,
+        seconds_per_context_token=state.decode_seconds_per_context_token,
+        seconds_per_prefill_token=state.prefill_seconds_per_token or 0.0,
+    )
+
+
+def _replicas_by_decode(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    tuning: PolicyTuning,
+    *,
+    breach_seconds: float,
+) -> _Need | None:
+    """Replicas that decode the observed output-token rate with every token within the TPOT objective.
+
+    A decoding sequence holds its prompt and, on average, half its output as context; one replica decodes
+    at most `tpot_batch` such sequences per step of TPOT seconds (catalog.performance), at most
+    `max_utilization` of it planned. A TPOT that has stayed above the objective for two whole windows
+    with nothing starting, while the model says the replicas suffice, adds one replica (as TTFT does)."""
+    slo = spec.slo
+    steps = _step_model(state)
+    if slo.tpot_seconds is None or signals.request_rate <= 0 or signals.generation_token_rate <= 0:
+        return None
+    tpot = signals.tpot_percentile_seconds
+    breached = tpot is not None and tpot > slo.tpot_seconds and breach_seconds >= 2 * signals.window_seconds
+    ready = max(signals.ready_replicas, 1)
+    if steps is None:
+        if breached and tpot is not None:
+            return _Need(min(2 * ready, math.ceil(ready * tpot / slo.tpot_seconds)), _tpot_why(spec, tpot))
+        return None
+    context = (signals.prompt_token_rate + signals.generation_token_rate / 2) / signals.request_rate
+    per_replica = steps.decode_tokens_per_second(slo.tpot_seconds, state.chunk_tokens or 0, context)
+    if per_replica <= 0:
+        return _Need(spec.max_replicas + 1, f"no batch decodes {context:.0f}-token sequences within TPOT")
+    replicas = math.ceil(signals.generation_token_rate / (per_replica * tuning.max_utilization))
+    need = _Need(
+        replicas,
+        f"{signals.generation_token_rate:.0f} output tok/s at ~{per_replica:.0f} tok/s per replica within "
+        f"TPOT {slo.tpot_seconds:g}s need {replicas}",
+    )
+    if breached and tpot is not None and replicas <= signals.ready_replicas:
+        return _Need(ready + 1, _tpot_why(spec, tpot))
+    return need
+
+
+def _tpot_why(spec: AutoscalingSpec, tpot: float) -> str:
+    return f"TPOT p{spec.slo.percentile:g} {tpot * 1000:.0f}ms > SLO {spec.slo.tpot_seconds or 0:g}s"
 
 
 def _update_capacity(

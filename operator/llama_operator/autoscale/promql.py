@@ -17,6 +17,11 @@ from llama_operator.autoscale.signals import Signals, SignalStatus, histogram_qu
 # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (deprecated in one minor, removed two later).
 KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
+# TPOT: vLLM 0.32 observes every inter-token interval here (vllm:time_per_output_token_seconds, its old
+# name, is removed; vllm:request_time_per_output_token_seconds is one mean per request).
+ITL_METRIC = "vllm:inter_token_latency_seconds"
+_BUCKET_QUERIES = ("ttft_buckets", "tpot_buckets")
+
 Labels = Mapping[str, str]
 Sample = tuple[Labels, float]
 ServiceKey = tuple[str, str]  # (namespace, llamaservice)
@@ -56,6 +61,7 @@ def signal_queries(labels: SignalLabels, *, kv_metric: str, window_seconds: floa
     w = f"{max(1, round(window_seconds))}s"
     return {
         "ttft_buckets": f"sum by ({by}, le) (rate(vllm:time_to_first_token_seconds_bucket[{w}]))",
+        "tpot_buckets": f"sum by ({by}, le) (rate({ITL_METRIC}_bucket[{w}]))",
         "request_rate": f"sum by ({by}) (rate(vllm:time_to_first_token_seconds_count[{w}]))",
         "waiting": f"sum by ({by}) (vllm:num_requests_waiting)",
         "running": f"sum by ({by}) (vllm:num_requests_running)",
@@ -97,8 +103,11 @@ def assemble_signals(
     window_seconds: float,
 ) -> dict[ServiceKey, Signals]:
     """Signals per service from one cycle's query results. A query that failed is absent from `results`."""
-    per = {name: _by_service(results.get(name, ()), labels) for name in results if name != "ttft_buckets"}
+    per = {
+        name: _by_service(results.get(name, ()), labels) for name in results if name not in _BUCKET_QUERIES
+    }
     buckets = _buckets_by_service(results.get("ttft_buckets", ()), labels)
+    tpot_buckets = _buckets_by_service(results.get("tpot_buckets", ()), labels)
     out: dict[ServiceKey, Signals] = {}
     for key, view in services.items():
         counts = {
@@ -115,6 +124,7 @@ def assemble_signals(
             continue
         running = per.get("running", {}).get(key, 0.0)
         ttft = histogram_quantile(view.percentile / 100.0, buckets[key]) if key in buckets else None
+        tpot = histogram_quantile(view.percentile / 100.0, tpot_buckets[key]) if key in tpot_buckets else None
         idle = rate <= 0 and waiting <= 0 and running <= 0
         out[key] = Signals(
             status=SignalStatus.IDLE if idle else SignalStatus.OK,
@@ -126,6 +136,7 @@ def assemble_signals(
             prompt_token_rate=per.get("prompt_tokens", {}).get(key, 0.0),
             generation_token_rate=per.get("generation_tokens", {}).get(key, 0.0),
             window_seconds=window_seconds,
+            tpot_percentile_seconds=tpot,
             **counts,
         )
     return out

@@ -6,6 +6,9 @@ simulator fills it from its own scrapes. Intended PromQL, summed per LlamaServic
 
 - ttft_percentile_seconds: histogram_quantile(q, sum by (le) (rate(
                              vllm:time_to_first_token_seconds_bucket[w])))
+- tpot_percentile_seconds: histogram_quantile(q, sum by (le) (rate(
+                             vllm:inter_token_latency_seconds_bucket[w])))
+                           (vLLM 0.32's per-token TPOT; vllm:time_per_output_token_seconds is gone)
 - queue_waiting_total:     sum(vllm:num_requests_waiting)
 - running_total:           sum(vllm:num_requests_running)
 - kv_cache_usage:          avg(vllm:kv_cache_usage_perc)   (or vllm:gpu_cache_usage_perc on older vLLM)
@@ -25,6 +28,12 @@ from enum import StrEnum
 VLLM_TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+# vLLM V1's bucket bounds for vllm:inter_token_latency_seconds (vllm/v1/metrics/buckets.py,
+# INTER_TOKEN_LATENCY_BUCKETS in 0.32); +Inf is implied.
+VLLM_ITL_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
 
 
@@ -52,6 +61,8 @@ class Signals:
     starting_replicas: int  # requested, not ready yet (model loading)
     current_replicas: int  # the Deployment's spec.replicas
     window_seconds: float = 60.0  # the rate window the rates and the TTFT percentile were taken over
+    # Inter-token latency at the SLO percentile; None when no token followed another in the window
+    tpot_percentile_seconds: float | None = None
 
     @classmethod
     def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:

@@ -72,7 +72,8 @@ class AutoscalerMemory:
 
     def state(self, key: ServiceKey, uid: str, status: Any) -> AutoscalerState:
         cached = self.states.get(key)
-        return cached[1] if cached is not None and cached[0] == uid else autoscaler_state(status)
+        # The plan's step model is re-read from status either way: a new plan replaces it.
+        return autoscaler_state(status, cached[1] if cached is not None and cached[0] == uid else None)
 
 
 def holdings(indexes: Indexes) -> list[Holding]:
@@ -153,6 +154,7 @@ def autoscale_cycle(
             decision,
             seen,
             slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+            slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
             prometheus_error=error,
             generation=body["metadata"].get("generation"),
             now=wall,

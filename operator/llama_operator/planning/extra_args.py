@@ -50,6 +50,10 @@ OWNED_FLAGS: dict[str, str] = {
 # Flags the planner sets only when extraArgs does not (it reads them from extraArgs instead).
 PLANNER_DEFAULTS: dict[str, str] = {
     "attention_backend": "the planner picks one on GPUs without FlashAttention-2 unless extraArgs names one",
+    "max_num_batched_tokens": "the planner sizes it for an autoscaled service's TTFT/TPOT objective unless "
+    "extraArgs gives it",
+    "enforce_eager": "the planner turns CUDA graphs off where their memory would starve the KV cache unless "
+    "extraArgs says --enforce-eager or --no-enforce-eager",
 }
 # Flags whose value is a secret, by dest: a value in extraArgs would be stored in the LlamaService.
 SECRET_FLAGS: dict[str, str] = {
@@ -72,6 +76,8 @@ KV_CACHE_DTYPE = "kv_cache_dtype"
 ATTENTION_BACKEND = "attention_backend"
 ATTENTION_CONFIG = "attention_config"
 NUM_GPU_BLOCKS_OVERRIDE = "num_gpu_blocks_override"
+MAX_NUM_BATCHED_TOKENS = "max_num_batched_tokens"
+ENFORCE_EAGER = "enforce_eager"
 
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 _INT = re.compile(r"^-?\d+$")
@@ -123,6 +129,8 @@ class ExtraArgs:
     kv_cache_dtype: str | None = None
     attention_backend: str | None = None
     num_gpu_blocks_override: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool | None = None  # --enforce-eager (True) or --no-enforce-eager (False) given
 
 
 def normalise(name: str) -> str:
@@ -407,6 +415,8 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
                 _check_value(flag, base, value, where)
             if values:
                 settings.setdefault(flag.dest, values[0])
+            elif flag.dest == ENFORCE_EAGER:
+                settings.setdefault(flag.dest, "false" if name.startswith("--no-") else "true")
         else:
             _check_secret_keys(base, _json_keys(_json(values[0])[1]), where)
             if flag.dest == ATTENTION_CONFIG and key == "backend" and values:
@@ -436,7 +446,11 @@ def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArg
             "exclusive in vLLM; give one"
         )
     chosen = backend if backend not in (None, "", "None") else config_backend
+    budget_text = settings.get(MAX_NUM_BATCHED_TOKENS)
+    eager_text = settings.get(ENFORCE_EAGER)
     return ExtraArgs(
+        max_num_batched_tokens=None if budget_text is None else _human_int(budget_text),
+        enforce_eager=None if eager_text is None else eager_text == "true",
         args=args,
         kv_cache_dtype=settings.get(KV_CACHE_DTYPE),
         attention_backend=chosen,

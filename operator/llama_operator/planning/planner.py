@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
-from llama_operator.api.spec import AcceleratorType, DType, LlamaServiceSpec, Quantization
+from llama_operator.api.spec import AcceleratorType, DType, LlamaServiceSpec, Quantization, SLOSpec
 from llama_operator.catalog.accelerators import (
     ACCELERATORS,
     FP8_MIN_CAPABILITY,
@@ -23,6 +23,7 @@ from llama_operator.catalog.accelerators import (
     mig_slice_product,
 )
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
+from llama_operator.catalog.performance import StepModel, step_model
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.extra_args import ExtraArgs, parse_extra_args
 from llama_operator.planning.images import check_engine_image
@@ -37,7 +38,9 @@ from llama_operator.planning.inventory import (
     Offer,
 )
 from llama_operator.planning.sizing import (
+    CUDA_GRAPH_BYTES,
     KV_BLOCK_TOKENS,
+    MAX_MODEL_LEN_STEP,
     GpuMemorySizing,
     auto_max_num_seqs,
     kv_tokens_in,
@@ -83,8 +86,27 @@ MIG_NOT_READY_STATES = ("pending", "rebooting", "failed")
 # safetensors are read through the page cache, so half the per-replica weights is ample. The CPU
 # request must fit the smallest GPU instances (g4dn.xlarge and g5.xlarge allocate ~3.9 of 4 vCPUs),
 # so it is a floor for scheduling, not a limit: vLLM may burst above it.
-# Share of dense fp16 FLOPS a prefill reaches (design brief: mu ~ 0.4), at 2 FLOPs per parameter per token.
-PREFILL_COMPUTE_EFFICIENCY = 0.4
+# SLO-driven engine tuning (an autoscaled service's objective shapes its engine):
+# - one step that carries a prompt chunk may take at most this share of the TTFT objective: a request
+#   arriving as such a step starts waits for it, and the policy plans TTFT at half the objective;
+TTFT_CHUNK_SHARE = 0.25
+# - with a TPOT objective, a prompt chunk may take at most this share of the step time the objective
+#   leaves beyond reading the weights (the rest is the decode batch): every step that carries a chunk is
+#   an inter-token interval for every running sequence;
+TPOT_CHUNK_SHARE = 0.5
+# - chunks below this many tokens spend more time reading the weights than computing the prompt;
+#   above MAX_CHUNK_TOKENS a step stops getting more efficient (vLLM's own default is 2048 to 8192);
+MIN_CHUNK_TOKENS = 256
+# vLLM 0.32's step budget when none is given (online serving on a GPU below 70 GiB).
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+MAX_CHUNK_TOKENS = 8192
+# - the CUDA-graph pool is given to the KV cache (--enforce-eager) when it would take more than this
+#   share of what is left for the KV cache: a memory-starved replica (3B on a 1g.10gb slice) gains more
+#   concurrency from it than it loses in step time;
+EAGER_KV_SHARE = 0.15
+# - without a TPOT objective, the default max-model-len leaves KV room for this many sequences of that
+#   length at once (an SLO service needs concurrency, not one 131072-token sequence).
+SLO_CONCURRENCY = 16
 GPU_REPLICA_BASE_CPUS = 1
 GPU_REPLICA_CPUS_PER_GPU = 1
 GPU_REPLICA_BASE_MEMORY_BYTES = 4 * GIB
@@ -189,6 +211,7 @@ class _Request:
     max_num_seqs: int | None
     gpu_memory_utilization: float | None
     extra: ExtraArgs
+    slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
 
 
 @dataclass(frozen=True)
@@ -207,6 +230,9 @@ class _Sized:
     gpu: GpuMemorySizing | None
     memory_request_bytes: int
     notes: tuple[str, ...]
+    steps: StepModel
+    max_num_batched_tokens: int  # 0: vLLM's default (not passed)
+    enforce_eager: bool  # planner's choice to pass --enforce-eager
 
 
 class _DoesNotFitError(PlanningError):
@@ -324,6 +350,24 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
             weight_bytes=weights,
             kv_dtype_bytes=kv_dtype_bytes,
         )
+        eager = _choose_eager(request, gpu)
+        if eager:
+            with_graphs = gpu.kv_cache_tokens
+            gpu = size_gpu_memory(
+                shape,
+                device_memory_bytes=candidate.device_memory_bytes,
+                tensor_parallel=candidate.count,
+                gpu_memory_utilization=util,
+                weight_bytes=weights,
+                kv_dtype_bytes=kv_dtype_bytes,
+                cuda_graphs=False,
+            )
+            if request.extra.enforce_eager is None:
+                notes.append(
+                    f"enforce-eager: the CUDA-graph pool (~{_gib(CUDA_GRAPH_BYTES)}) would take more than "
+                    f"{EAGER_KV_SHARE:.0%} of the KV cache ({with_graphs} tokens with graphs, "
+                    f"{gpu.kv_cache_tokens} without); decode steps are slower without graphs"
+                )
         kv_tokens = gpu.kv_cache_tokens
         per_token = gpu.kv_bytes_per_token
         per_token_per_device = gpu.kv_bytes_per_token_per_device
@@ -352,6 +396,7 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
         ceiling = config.max_auto_num_seqs
     else:
         util = 0.0
+        eager = False
         per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_dtype_bytes
         kv_space = config.cpu_kv_cache_gib * GIB
         kv_tokens = kv_tokens_in(kv_space, per_token)
@@ -389,25 +434,59 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
                 f"{largest_max_model_len(kv_tokens, shape.max_context)}"
             )
 
+    steps = _step_model(candidate, weights, per_token, shape, eager=eager)
+    tuning = _tpot_tuning(request, candidate, steps, config)
+
     if request.max_model_len is not None:
         max_model_len = request.max_model_len
     else:
         max_model_len = largest_max_model_len(kv_tokens, shape.max_context)
-        capped = "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
-        notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
         if max_model_len < 1:
             raise _DoesNotFitError(f"no KV cache is left for {request.model_name} on {candidate.name}")
+        concurrency = SLO_CONCURRENCY if tuning is None or tuning.batch is None else tuning.batch
+        slo_len = kv_tokens // max(concurrency, 1)
+        slo_len -= slo_len % MAX_MODEL_LEN_STEP
+        if request.slo is not None and slo_len < max_model_len:
+            max_model_len = max(slo_len, min(required, max_model_len))
+            why = "the TPOT objective's batch" if tuning is not None and tuning.batch else "an SLO service"
+            notes.append(
+                f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} sequences "
+                f"of that length at once ({why}), not one of the model's {shape.max_context}; set "
+                "engine.maxModelLen for longer contexts"
+            )
+        else:
+            capped = (
+                "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
+            )
+            notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
 
     if request.max_num_seqs is not None:
         max_num_seqs = request.max_num_seqs
+        if tuning is not None and tuning.batch is not None and max_num_seqs > tuning.batch:
+            notes.append(
+                f"maxNumSeqs {max_num_seqs} from the spec: above {tuning.batch} sequences a decode step "
+                f"is estimated to exceed the TPOT objective"
+            )
     else:
         max_num_seqs = auto_max_num_seqs(
             kv_tokens, max_model_len, typical_tokens=config.typical_sequence_tokens, ceiling=ceiling
         )
-        notes.append(
-            f"maxNumSeqs {max_num_seqs}: KV cache of {kv_tokens} tokens / typical sequence of "
+        by_kv = (
+            f"KV cache of {kv_tokens} tokens / typical sequence of "
             f"{min(max_model_len, config.typical_sequence_tokens)} tokens, power of two, at most {ceiling}"
         )
+        if tuning is not None and tuning.batch is not None and tuning.batch < max_num_seqs:
+            max_num_seqs = tuning.batch
+            notes.append(f"maxNumSeqs {max_num_seqs}: {tuning.why} (the {by_kv} allows more)")
+        else:
+            notes.append(f"maxNumSeqs {max_num_seqs}: {by_kv}")
+    chunk = 0
+    if request.extra.max_num_batched_tokens is not None:
+        chunk = request.extra.max_num_batched_tokens
+        notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
+    elif request.slo is not None and candidate.accelerator.is_gpu:
+        chunk, why = _chunk(request.slo, steps, max_num_seqs, config, tuning)
+        notes.append(f"maxNumBatchedTokens {chunk}: {why}")
     return _Sized(
         candidate=candidate,
         dtype=dtype,
@@ -421,7 +500,118 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
         gpu=gpu,
         memory_request_bytes=memory_request,
         notes=tuple(notes),
+        steps=steps,
+        max_num_batched_tokens=chunk,
+        enforce_eager=eager and request.extra.enforce_eager is None,
     )
+
+
+def _choose_eager(request: _Request, gpu: GpuMemorySizing) -> bool:
+    """--enforce-eager when the CUDA-graph pool would starve the KV cache (or the user says so)."""
+    if request.extra.enforce_eager is not None:
+        return request.extra.enforce_eager
+    return EAGER_KV_SHARE * max(gpu.kv_budget_bytes_per_device, 0) < CUDA_GRAPH_BYTES
+
+
+def _step_model(
+    candidate: Candidate, weights: int, kv_per_token: int, shape: ModelShape, *, eager: bool
+) -> StepModel:
+    accel = candidate.accelerator
+    if candidate.mig is not None:
+        bandwidth, tflops = accel.slice_bandwidth(candidate.mig), accel.slice_tflops(candidate.mig)
+    else:
+        bandwidth = accel.bandwidth_bytes_per_s * candidate.count
+        tflops = accel.fp16_dense_tflops * candidate.count
+    return step_model(
+        bandwidth_bytes_per_s=bandwidth,
+        fp16_tflops=tflops,
+        weight_bytes=weights,
+        kv_bytes_per_token=kv_per_token,
+        parameters=shape.parameters,
+        eager=eager,
+    )
+
+
+@dataclass(frozen=True)
+class _TpotTuning:
+    chunk: int  # the largest prompt chunk the TPOT objective allows
+    batch: int  # the decode batch the TPOT objective allows beside such a chunk
+    why: str
+
+
+def _tpot_tuning(
+    request: _Request, candidate: Candidate, steps: StepModel, config: PlanningConfig
+) -> _TpotTuning | None:
+    """The prompt chunk and decode batch a TPOT objective allows on a candidate (None without one).
+
+    Every step is an inter-token interval for every running sequence, so a step that carries a prompt
+    chunk must stay within the objective too. The chunk gets TPOT_CHUNK_SHARE of what the objective
+    leaves beyond one sequence's decode; the batch is what remains, from the step model
+    (catalog.performance): B = max {B : t(B, L) + C * t_prefill <= TPOT}, L a whole typical sequence
+    (conservative: a decoding sequence averages its prompt plus half its output). Raises PlanningError
+    when the objective cannot be met on the candidate at all (auto placement then tries the next)."""
+    slo = request.slo
+    if slo is None or slo.tpot_seconds is None:
+        return None
+    tpot = slo.tpot_seconds
+    context = float(config.typical_sequence_tokens)
+    one = steps.step_seconds(1, context)
+    if one >= tpot:
+        raise PlanningError(
+            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name}: one decode step of "
+            f"{request.model_name} is estimated at {one * 1000:.1f} ms even for a single sequence (reading "
+            f"the weights alone takes {steps.weight_read_seconds * 1000:.1f} ms); raise tpotSeconds or use a "
+            "faster accelerator"
+        )
+    chunk = max(
+        MIN_CHUNK_TOKENS, math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
+    )
+    chunk = min(chunk - chunk % KV_BLOCK_TOKENS, MAX_CHUNK_TOKENS)
+    batch = steps.tpot_batch(tpot, chunk, context)
+    if batch < 1:
+        raise PlanningError(
+            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name} beside prompt chunks of "
+            f"{chunk} tokens (the smallest worth running): raise tpotSeconds or use a faster accelerator"
+        )
+    if batch >= 8:
+        batch -= batch % 8  # vLLM captures CUDA graphs for batch sizes in steps of 8
+    step = steps.step_seconds(batch, context, chunk)
+    why = (
+        f"the TPOT objective {tpot:g}s: a step decoding {batch} sequences of {config.typical_sequence_tokens} "
+        f"tokens beside a {chunk}-token prompt chunk is estimated at {step * 1000:.1f} ms"
+    )
+    return _TpotTuning(chunk=chunk, batch=batch, why=why)
+
+
+def _chunk(
+    slo: SLOSpec, steps: StepModel, max_num_seqs: int, config: PlanningConfig, tpot: _TpotTuning | None
+) -> tuple[int, str]:
+    """--max-num-batched-tokens for an autoscaled service, and why.
+
+    A step computing C prompt tokens beside B decoding sequences of mean context L takes
+    t(B, L) + C * t_prefill (catalog.performance). C is the largest chunk whose step, at a full batch
+    (B = max-num-seqs, L half a typical sequence), stays within TTFT_CHUNK_SHARE of the TTFT objective:
+    a short prompt arriving behind a long one waits a fraction of its objective, while long prompts
+    still go in few steps, each reading the weights once. With a TPOT objective the chunk is at most
+    the one that objective allows. vLLM refuses a budget below max-num-seqs."""
+    context = config.typical_sequence_tokens / 2
+    by_ttft = steps.chunk_within(TTFT_CHUNK_SHARE * slo.ttft_seconds, max_num_seqs, context)
+    chunk = min(max(by_ttft, MIN_CHUNK_TOKENS), MAX_CHUNK_TOKENS)
+    chunk -= chunk % KV_BLOCK_TOKENS
+    why = (
+        f"a step with a {chunk}-token prompt chunk beside {max_num_seqs} decoding sequences is estimated at "
+        f"{steps.step_seconds(max_num_seqs, context, chunk) * 1000:.0f} ms, within {TTFT_CHUNK_SHARE:.0%} of "
+        f"the TTFT objective {slo.ttft_seconds:g}s"
+    )
+    if tpot is not None and tpot.chunk < chunk:
+        chunk = tpot.chunk
+        why = (
+            f"a {chunk}-token prompt chunk takes at most {TPOT_CHUNK_SHARE:.0%} of what the TPOT objective "
+            f"{slo.tpot_seconds:g}s leaves beyond a decode step (every step carrying a chunk is an inter-token "
+            "interval)"
+        )
+    chunk = max(chunk, max_num_seqs)
+    return chunk, f"{why}; prefill ~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"
 
 
 def _try_size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _Sized | None:
@@ -580,6 +770,10 @@ def _vllm_args(
     ]
     if accel.is_gpu:
         args += ["--gpu-memory-utilization", f"{sized.gpu_memory_utilization:.2f}"]
+    if sized.max_num_batched_tokens and request.extra.max_num_batched_tokens is None:
+        args += ["--max-num-batched-tokens", str(sized.max_num_batched_tokens)]
+    if sized.enforce_eager:
+        args.append("--enforce-eager")
     if sized.candidate.count > 1:
         args += ["--tensor-parallel-size", str(sized.candidate.count)]
     args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
@@ -633,6 +827,7 @@ def _request(spec: LlamaServiceSpec) -> _Request:
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,
         extra=parse_extra_args(engine.extra_args),
+        slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
     )
 
 
@@ -750,9 +945,10 @@ def plan_service(
     memory_bytes = (
         candidate.device_memory_bytes * candidate.count if accel.is_gpu else sized.memory_request_bytes
     )
-    tflops = accel.slice_tflops(candidate.mig) if candidate.mig is not None else accel.fp16_dense_tflops
-    prefill_tokens_per_second = (
-        PREFILL_COMPUTE_EFFICIENCY * tflops * 1e12 * candidate.count / (2 * request.shape.parameters)
+    # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
+    # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
+    prefill_tokens_per_second = sized.steps.prefill_tokens_per_second(
+        sized.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     )
     return Plan(
         accelerator=accel.type.value,
@@ -781,5 +977,10 @@ def plan_service(
         kv_cache_tokens=sized.kv_cache_tokens,
         max_concurrency=round(sized.kv_cache_tokens / sized.max_model_len, 2) if sized.max_model_len else 0.0,
         prefill_tokens_per_second=round(prefill_tokens_per_second),
+        max_num_batched_tokens=sized.max_num_batched_tokens,
+        enforce_eager=sized.enforce_eager or request.extra.enforce_eager is True,
+        decode_step_seconds=round(sized.steps.weight_read_seconds, 6),
+        decode_seconds_per_context_token=float(f"{sized.steps.seconds_per_context_token:.4g}"),
+        prefill_seconds_per_token=float(f"{sized.steps.seconds_per_prefill_token:.4g}"),
         notes=notes,
     )

@@ -67,13 +67,16 @@ def kv_heads_per_device(kv_heads: int, tensor_parallel: int) -> int:
     return max(1, math.ceil(kv_heads / tensor_parallel))
 
 
-def runtime_overhead_bytes(weight_bytes_per_device: int, *, tensor_parallel: int) -> int:
-    """Memory per GPU besides weights and KV cache that vLLM's profile accounts for."""
+def runtime_overhead_bytes(
+    weight_bytes_per_device: int, *, tensor_parallel: int, cuda_graphs: bool = True
+) -> int:
+    """Memory per GPU besides weights and KV cache that vLLM's profile accounts for (without the CUDA-graph
+    pool under --enforce-eager)."""
     overhead = (
         NON_TORCH_BYTES
         + ACTIVATION_BASE_BYTES
         + math.ceil(ACTIVATION_FRACTION_OF_WEIGHTS * weight_bytes_per_device)
-        + CUDA_GRAPH_BYTES
+        + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
     )
     if tensor_parallel > 1:
         overhead += TENSOR_PARALLEL_BYTES
@@ -118,10 +121,13 @@ def size_gpu_memory(
     gpu_memory_utilization: float,
     weight_bytes: int,
     kv_dtype_bytes: int,
+    cuda_graphs: bool = True,
 ) -> GpuMemorySizing:
     """Divide each GPU's memory between weights, runtime overhead and KV cache."""
     weights_per_device = math.ceil(weight_bytes / tensor_parallel)
-    overhead = runtime_overhead_bytes(weights_per_device, tensor_parallel=tensor_parallel)
+    overhead = runtime_overhead_bytes(
+        weights_per_device, tensor_parallel=tensor_parallel, cuda_graphs=cuda_graphs
+    )
     usable = math.floor(device_memory_bytes * gpu_memory_utilization)
     budget = usable - weights_per_device - overhead
     per_token_per_device = (

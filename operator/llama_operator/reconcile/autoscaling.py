@@ -21,16 +21,30 @@ from llama_operator.autoscale.signals import Signals
 from llama_operator.reconcile.execution import Event
 
 
-def autoscaler_state(status: Mapping[str, Any] | None) -> AutoscalerState:
-    """The policy's state as persisted in status; a first evaluation starts from the plan's estimate of a
-    replica's prefill capacity, which the policy then corrects from what it observes."""
+def autoscaler_state(
+    status: Mapping[str, Any] | None, remembered: AutoscalerState | None = None
+) -> AutoscalerState:
+    """The policy's state as persisted in status (or as `remembered` between status writes); a first
+    evaluation starts from the plan's estimate of a replica's prefill capacity, which the policy then
+    corrects from what it observes."""
     status = status or {}
-    state = AutoscalerState.model_validate((status.get("autoscaling") or {}).get("state") or {})
-    prior = float((status.get("plan") or {}).get("prefillTokensPerSecond") or 0.0)
+    state = remembered or AutoscalerState.model_validate((status.get("autoscaling") or {}).get("state") or {})
+    plan = status.get("plan") or {}
+    prior = float(plan.get("prefillTokensPerSecond") or 0.0)
     if state.capacity_prior_tokens_per_second is None and prior > 0:
         state = state.model_copy(
             update={"capacity_prior_tokens_per_second": prior, "capacity_tokens_per_second": prior}
         )
+    # The plan's step model (decode capacity within the TPOT objective) follows the plan: a new plan
+    # (another accelerator, another chunk) replaces it, nothing is learned into it.
+    steps = {
+        "decode_step_seconds": float(plan.get("decodeStepSeconds") or 0.0) or None,
+        "decode_seconds_per_context_token": float(plan.get("decodeSecondsPerContextToken") or 0.0) or None,
+        "prefill_seconds_per_token": float(plan.get("prefillSecondsPerToken") or 0.0) or None,
+        "chunk_tokens": int(plan.get("maxNumBatchedTokens") or 0) or None,
+    }
+    if any(getattr(state, key) != value for key, value in steps.items()):
+        state = state.model_copy(update=steps)
     return state
 
 
@@ -47,6 +61,7 @@ def autoscale_outcome(
     signals: Signals,
     *,
     slo_ttft_seconds: float,
+    slo_tpot_seconds: float | None = None,
     prometheus_error: str | None,
     generation: int | None,
     now: datetime,
@@ -108,6 +123,7 @@ def autoscale_outcome(
         )
 
     ttft = signals.ttft_percentile_seconds
+    tpot = signals.tpot_percentile_seconds if slo_tpot_seconds is not None else None
     if decision.slo_met is None:
         cond(
             ConditionType.SLO_MET,
@@ -120,14 +136,19 @@ def autoscale_outcome(
             ConditionType.SLO_MET,
             ConditionStatus.TRUE,
             "WithinSLO",
-            f"TTFT {ttft:.3f}s <= {slo_ttft_seconds}s",
+            _slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds),
         )
     else:
+        missed = []
+        if ttft is not None and ttft > slo_ttft_seconds:
+            missed.append("TTFT")
+        if tpot is not None and slo_tpot_seconds is not None and tpot > slo_tpot_seconds:
+            missed.append("TPOT")
         cond(
             ConditionType.SLO_MET,
             ConditionStatus.FALSE,
             "SLOBreached",
-            f"TTFT {ttft:.3f}s > {slo_ttft_seconds}s",
+            f"{' and '.join(missed)} above the SLO: {_slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds)}",
         )
 
     previous = (status or {}).get("autoscaling") or {}
@@ -144,6 +165,7 @@ def autoscale_outcome(
     autoscaling: dict[str, Any] = {
         "desiredReplicas": decision.desired_replicas,
         "observedTtftSeconds": None if decision.no_data else ttft,
+        "observedTpotSeconds": None if decision.no_data else tpot,
         "observedQueueDepth": None if decision.no_data else signals.queue_waiting_total,
         "observedQueuePerReplica": None if decision.no_data else per_replica,
         "observedRequestRate": None if decision.no_data else signals.request_rate,
@@ -160,12 +182,28 @@ def autoscale_outcome(
     )
 
 
+def _slo_message(ttft: float | None, ttft_slo: float, tpot: float | None, tpot_slo: float | None) -> str:
+    """'TTFT 0.412s <= 0.5s, TPOT 0.061s > 0.05s': each objective's observation against its target."""
+    parts = []
+    if ttft is not None:
+        parts.append(f"TTFT {ttft:.3f}s {'<=' if ttft <= ttft_slo else '>'} {ttft_slo:g}s")
+    else:
+        parts.append(f"TTFT not observed (SLO {ttft_slo:g}s)")
+    if tpot_slo is not None:
+        if tpot is not None:
+            parts.append(f"TPOT {tpot:.3f}s {'<=' if tpot <= tpot_slo else '>'} {tpot_slo:g}s")
+        else:
+            parts.append(f"TPOT not observed (SLO {tpot_slo:g}s)")
+    return ", ".join(parts)
+
+
 # What in the autoscaler's status is a decision or a transition (written as soon as it changes), as
 # against observations and the stabilization history, which change every cycle under load and are
 # refreshed at a bounded rate (and kept in memory between refreshes).
 _OBSERVATIONS = frozenset(
     {
         "observedTtftSeconds",
+        "observedTpotSeconds",
         "observedQueueDepth",
         "observedQueuePerReplica",
         "observedRequestRate",

@@ -1,0 +1,96 @@
+"""The step-time model of one vLLM replica, shared by the planner (engine flags, capacity priors), the
+autoscaling policy (how many tokens a replica decodes within the TPOT objective) and the simulator.
+
+vLLM's V1 engine runs steps: each gives every running sequence one token and fills the rest of the
+`--max-num-batched-tokens` budget with prompt chunks (chunked prefill). A decode step is bound by
+memory bandwidth: it reads every weight once and the KV cache of every running sequence. A prompt
+chunk is bound by compute, 2 FLOPs per parameter per token (design brief, "Simulator calibration"):
+
+    step(batch, context, chunk) = t0 + (W + batch * context * kv_bytes) / (eta * BW) + chunk * F / (mu * FLOPS)
+
+The time per output token (TPOT) a sequence sees is one step, so the TPOT objective bounds the batch:
+the largest `batch` with step(batch, context, 0) <= TPOT. eta, mu and t0 are ESTIMATES from the design
+brief's ranges, deliberately on the slow side (a plan that meets the objective here meets it on the
+GPU); `llama-operator profile` measures them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Share of the data-sheet bandwidth a decode step reaches (brief: 0.5-0.8; Llama-3.1-8B on an A100-40
+# reached ~0.77 of the bound at batch 1).
+DECODE_BANDWIDTH_EFFICIENCY = 0.75
+# Share of dense fp16 FLOPS a prefill reaches (brief: mu ~ 0.4), at 2 FLOPs per parameter per token.
+PREFILL_COMPUTE_EFFICIENCY = 0.4
+# Fixed time per step (scheduling, sampling, kernel launches with CUDA graphs; brief: 3-5 ms).
+STEP_OVERHEAD_SECONDS = 0.004
+# Without CUDA graphs (--enforce-eager) every kernel of a step is launched from Python: ~10 kernels per
+# layer at ~10 us each for the small models the flag is chosen for. An ESTIMATE.
+EAGER_STEP_OVERHEAD_SECONDS = 0.003
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """Step-time coefficients of one model on one replica."""
+
+    weight_read_seconds: float  # t0 + W / (eta BW): a step with nothing but the weights to read
+    seconds_per_context_token: float  # kv_bytes / (eta BW): each token of context a decode step reads
+    seconds_per_prefill_token: float  # F / (mu FLOPS)
+
+    def step_seconds(self, batch: int, mean_context: float, chunk: int = 0) -> float:
+        """One step: `batch` sequences of `mean_context` tokens each decode one token, `chunk` prompt
+        tokens are computed."""
+        return (
+            self.weight_read_seconds
+            + self.seconds_per_context_token * batch * mean_context
+            + self.seconds_per_prefill_token * chunk
+        )
+
+    def max_batch(self, step_seconds: float, mean_context: float) -> int:
+        """The most sequences of `mean_context` tokens a decode step serves within `step_seconds`;
+        0 when even one sequence takes longer."""
+        spare = step_seconds - self.weight_read_seconds
+        per_sequence = self.seconds_per_context_token * max(mean_context, 1.0)
+        if spare < per_sequence:
+            return 0
+        return math.floor(spare / per_sequence)
+
+    def chunk_within(self, step_seconds: float, batch: int, mean_context: float) -> int:
+        """Prompt tokens a step can compute beside `batch` decoding sequences within `step_seconds`."""
+        spare = step_seconds - self.step_seconds(batch, mean_context)
+        return max(0, math.floor(spare / self.seconds_per_prefill_token))
+
+    def prefill_tokens_per_second(self, chunk: int) -> float:
+        """Prefill throughput with full chunks of `chunk` tokens (each step also reads the weights)."""
+        return chunk / (self.weight_read_seconds + chunk * self.seconds_per_prefill_token)
+
+    def tpot_batch(self, tpot_seconds: float, chunk: int, mean_context: float) -> int:
+        """The most sequences of `mean_context` tokens that decode within `tpot_seconds` per token even in
+        a step that also computes a `chunk`-token prompt chunk (every step is an inter-token interval);
+        0 when not even one does. The planner caps max-num-seqs here; the policy sizes decode by it."""
+        return self.max_batch(tpot_seconds - chunk * self.seconds_per_prefill_token, mean_context)
+
+    def decode_tokens_per_second(self, tpot_seconds: float, chunk: int, mean_context: float) -> float:
+        """Output tokens per second one replica produces with every token within `tpot_seconds`."""
+        return self.tpot_batch(tpot_seconds, chunk, mean_context) / tpot_seconds
+
+
+def step_model(
+    *,
+    bandwidth_bytes_per_s: float,
+    fp16_tflops: float,
+    weight_bytes: float,
+    kv_bytes_per_token: float,
+    parameters: float,
+    eager: bool = False,
+) -> StepModel:
+    """The step model of a replica (whole devices summed: tensor parallel shares weights and KV)."""
+    bandwidth = bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY
+    overhead = STEP_OVERHEAD_SECONDS + (EAGER_STEP_OVERHEAD_SECONDS if eager else 0.0)
+    return StepModel(
+        weight_read_seconds=overhead + weight_bytes / bandwidth,
+        seconds_per_context_token=kv_bytes_per_token / bandwidth,
+        seconds_per_prefill_token=2 * parameters / (fp16_tflops * 1e12 * PREFILL_COMPUTE_EFFICIENCY),
+    )
