@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -221,6 +222,44 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
 async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     memo.health.synced = True
     await memo.controller.queue.add(_owner_key(namespace, labels))
+
+
+POD_MONITOR_CRD = "podmonitors.monitoring.coreos.com"
+
+
+def pod_monitor_kind_served(event_type: str | None, crd: Mapping[str, Any]) -> bool:
+    """Whether this event leaves monitoring.coreos.com/v1 PodMonitor usable: the CRD is there, not being
+    deleted, serves v1, and the API server has established it (before that, creating one fails)."""
+    if event_type == "DELETED" or (crd.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    serves_v1 = any(
+        v.get("name") == "v1" and v.get("served") for v in (crd.get("spec") or {}).get("versions") or []
+    )
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+    return serves_v1 and established
+
+
+@kopf.on.event(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=POD_MONITOR_CRD
+)
+async def pod_monitor_crd_event(*, event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """`podMonitor: auto` follows the Prometheus Operator's CRD while running: installed after the operator
+    (kube-prometheus-stack after us), every LlamaService gets its PodMonitor without a restart; removed,
+    the vLLM pods go back to prometheus.io scrape annotations."""
+    controller: Controller = memo.controller
+    # The operator's memo, not this one: kopf hands each object's handlers a shallow copy of it.
+    shared = controller.memo
+    if shared.settings.pod_monitor != "auto":
+        return
+    served = pod_monitor_kind_served(event.get("type"), body)
+    if served == shared.pod_monitor:
+        return
+    shared.pod_monitor = served
+    log.info("PodMonitor kind %s: re-planning every LlamaService", "served" if served else "gone")
+    await controller.enqueue_all()
 
 
 @kopf.on.event("nodes")
