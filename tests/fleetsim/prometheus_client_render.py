@@ -51,6 +51,7 @@ for reason in ("stop", "length", "abort", "error", "repetition"):
     success.labels(**labels, finished_reason=reason).inc(data["successes"] if reason == "stop" else 0)
 for name, doc, key in (
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
 ):
     h = Histogram(name, doc, names, buckets=data[key]["bounds"], registry=registry)

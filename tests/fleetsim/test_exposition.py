@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from llama_operator.autoscale.promql import KV_CACHE_METRICS, SignalLabels, signal_queries
-from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS, histogram_quantile
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS, histogram_quantile
 from llama_operator.fleetsim.engine import FleetEngine
 from llama_operator.fleetsim.exposition import (
     VLLM_E2E_LATENCY_BUCKETS,
@@ -107,6 +107,7 @@ def test_the_text_parses_strictly_with_vllm_names_and_labels() -> None:
         "vllm:generation_tokens_total",
         "vllm:request_success_total",
         "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds",
     }
     for family in families.values():
@@ -122,6 +123,7 @@ def test_histograms_are_cumulative_with_vllm_buckets_and_consistent() -> None:
     for name, bounds in (
         ("vllm:time_to_first_token_seconds", VLLM_TTFT_BUCKETS),
         ("vllm:e2e_request_latency_seconds", VLLM_E2E_LATENCY_BUCKETS),
+        ("vllm:inter_token_latency_seconds", VLLM_ITL_BUCKETS),
     ):
         samples = families[name].samples
         buckets = [(s[1]["le"], s[2]) for s in samples if s[0] == f"{name}_bucket"]
@@ -161,6 +163,13 @@ def test_the_numbers_are_the_engines() -> None:
         s for s in families["vllm:request_success_total"].samples if s[1]["finished_reason"] == "stop"
     )
     assert stop[2] == state["completed"]
+    # One inter-token interval per token after each sequence's first, as vLLM observes them.
+    intervals = value("vllm:inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds")
+    assert intervals == value("vllm:generation_tokens_total") - first_tokens > 0
+    mean_interval = (
+        value("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds") / intervals
+    )
+    assert 0.001 < mean_interval < 1.0
     # The operator's quantile over these buckets lands near the engine's own p95 (bucket resolution).
     buckets = [
         (math.inf if s[1]["le"] == "+Inf" else float(s[1]["le"]), s[2])
@@ -196,6 +205,9 @@ def test_same_text_as_prometheus_client_prints_for_vllm() -> None:
         stats.ttft.observe(v)
     for v in e2es:
         stats.e2e_latency.observe(v)
+    itls = [0.004, 0.01, 0.03, 0.03, 0.2, 90.0]
+    for v in itls:
+        stats.inter_token.observe(v)
     stats.prompt_tokens, stats.generation_tokens, stats.successes = 1234567, 4321, 4
     ours = render("llama-3.2-1b", stats, PodGauges(waiting=3, running=7, kv_cache_usage=0.25))
     payload = {
@@ -208,6 +220,7 @@ def test_same_text_as_prometheus_client_prints_for_vllm() -> None:
         "successes": 4,
         "ttft": {"bounds": list(VLLM_TTFT_BUCKETS), "observations": ttfts},
         "e2e": {"bounds": list(VLLM_E2E_LATENCY_BUCKETS), "observations": e2es},
+        "itl": {"bounds": list(VLLM_ITL_BUCKETS), "observations": itls},
         "ours": ours,
     }
     script = Path(__file__).with_name("prometheus_client_render.py")

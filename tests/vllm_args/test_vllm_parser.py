@@ -78,6 +78,22 @@ def _variants() -> list[dict[str, Any]]:
     ]
     for accel, engine in itertools.product(accelerators, engines):
         specs.append({"model": model, "accelerator": accel, "engine": engine})
+    # Autoscaled services: the planner sizes --max-num-batched-tokens for the TTFT/TPOT objectives, caps
+    # --max-num-seqs for TPOT and may choose --enforce-eager (3B on a 1g.10gb slice).
+    slos = [
+        {"ttftSeconds": 0.5},
+        {"ttftSeconds": 1.0, "tpotSeconds": 0.05},
+        {"ttftSeconds": 2.0, "tpotSeconds": 0.1},
+    ]
+    for accel, slo in itertools.product(accelerators, slos):
+        specs.append({"model": model, "accelerator": accel, "autoscaling": {"slo": slo}})
+    specs.append(
+        {
+            "model": {"name": "meta-llama/Llama-3.2-3B-Instruct"},
+            "accelerator": {"type": "a100-80gb", "mig": "1g.10gb"},
+            "autoscaling": {"slo": {"ttftSeconds": 1.0, "tpotSeconds": 0.1}},
+        }
+    )
     specs.append(
         {
             "model": {

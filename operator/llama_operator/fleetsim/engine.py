@@ -312,6 +312,8 @@ class FleetEngine:
         stats = pod.stats
         stats.prompt_tokens += result.prompt_tokens
         stats.generation_tokens += result.generation_tokens
+        if result.inter_token_count:
+            stats.inter_token.observe(result.inter_token_seconds, result.inter_token_count)
         service = self._services.get(pod.info.service_key)
         for request in result.first_tokens:
             ttft = request.first_token_time - request.arrival

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm.v1.engine.FinishReason
@@ -36,11 +36,11 @@ class Histogram:
         self.total = 0.0
         self.count = 0
 
-    def observe(self, value: float) -> None:
+    def observe(self, value: float, times: int = 1) -> None:
         # Buckets are `le`: a value equal to a bound belongs to that bound's bucket.
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
+        self.counts[bisect_left(self.bounds, value)] += times
+        self.total += value * times
+        self.count += times
 
 
 @dataclass(slots=True)
@@ -51,6 +51,9 @@ class PodStats:
     generation_tokens: int = 0
     successes: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(VLLM_TTFT_BUCKETS))
+    # Every interval between two tokens of a sequence (vLLM 0.32's TPOT; its old name
+    # vllm:time_per_output_token_seconds is gone).
+    inter_token: Histogram = field(default_factory=lambda: Histogram(VLLM_ITL_BUCKETS))
     e2e_latency: Histogram = field(default_factory=lambda: Histogram(VLLM_E2E_LATENCY_BUCKETS))
 
 
@@ -119,6 +122,11 @@ def render(model_name: str, stats: PodStats, gauges: PodGauges) -> str:
         sample("vllm:request_success_total", count, _labels((*base, ("finished_reason", reason))))
     for name, help_text, histogram in (
         ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", stats.ttft),
+        (
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            stats.inter_token,
+        ),
         (
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",

@@ -536,6 +536,7 @@ def _step_model(
 class _TpotTuning:
     chunk: int  # the largest prompt chunk the TPOT objective allows
     batch: int  # the decode batch the TPOT objective allows beside such a chunk
+    step_seconds: float  # a step with that batch and chunk
     why: str
 
 
@@ -580,7 +581,7 @@ def _tpot_tuning(
         f"the TPOT objective {tpot:g}s: a step decoding {batch} sequences of {config.typical_sequence_tokens} "
         f"tokens beside a {chunk}-token prompt chunk is estimated at {step * 1000:.1f} ms"
     )
-    return _TpotTuning(chunk=chunk, batch=batch, why=why)
+    return _TpotTuning(chunk=chunk, batch=batch, step_seconds=step, why=why)
 
 
 def _chunk(
@@ -605,10 +606,14 @@ def _chunk(
     )
     if tpot is not None and tpot.chunk < chunk:
         chunk = tpot.chunk
+        # At most one chunk per inter-token interval: a prompt prefills at ~chunk / TPOT tokens per second
+        # beside a full batch, so longer prompts than this miss the TTFT objective however many replicas.
+        longest = math.floor(slo.ttft_seconds * chunk / tpot.step_seconds)
         why = (
             f"a {chunk}-token prompt chunk takes at most {TPOT_CHUNK_SHARE:.0%} of what the TPOT objective "
             f"{slo.tpot_seconds:g}s leaves beyond a decode step (every step carrying a chunk is an inter-token "
-            "interval)"
+            f"interval); beside a full batch, prompts above ~{longest} tokens take longer than the TTFT "
+            f"objective {slo.ttft_seconds:g}s to prefill"
         )
     chunk = max(chunk, max_num_seqs)
     return chunk, f"{why}; prefill ~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"

@@ -78,19 +78,22 @@ def run_trace(scenario: Scenario, trace: Trace, progress: Progress) -> TraceBenc
 
 HEADER = (
     "| trace | policy | requests within SLO | 1-min windows within SLO | GPU-hours | x oracle "
-    "| x oracle@target | cost $ | changes/h | flaps | TTFT p50 s | TTFT p95 s | TTFT p99 s |"
+    "| x oracle@target | cost $ | changes/h | flaps | TTFT p50 s | TTFT p95 s | TTFT p99 s "
+    "| TPOT p50 ms | TPOT p95 ms | within TPOT SLO |"
 )
 
 
 def markdown_table(rows: Sequence[BenchRow]) -> str:
-    lines = [HEADER, "|" + "---|" * 13]
+    lines = [HEADER, "|" + "---|" * 16]
     for row in rows:
         s = row.summary
         lines.append(
             f"| {s.trace} | {s.policy} | {s.requests_within_slo:.2%} | {s.windows_within_slo:.1%} "
             f"| {s.gpu_hours:.2f} | {row.oracle_ratio:.2f} | {row.target_oracle_ratio:.2f} | {s.cost:.2f} "
             f"| {s.replica_changes_per_hour:.1f} "
-            f"| {s.flaps} | {s.ttft_p50:.3f} | {s.ttft_p95:.3f} | {s.ttft_p99:.3f} |"
+            f"| {s.flaps} | {s.ttft_p50:.3f} | {s.ttft_p95:.3f} | {s.ttft_p99:.3f} "
+            f"| {s.tpot_p50 * 1000:.1f} | {s.tpot_p95 * 1000:.1f} "
+            f"| {'-' if s.requests_within_tpot_slo is None else f'{s.requests_within_tpot_slo:.2%}'} |"
         )
     return "\n".join(lines)
 
@@ -192,7 +195,10 @@ def run_bench(
 
 
 def scenario_json(scenario: Scenario) -> dict[str, float | int | str]:
-    return {
+    tpot: dict[str, float | int | str] = (
+        {} if scenario.slo_tpot_seconds is None else {"sloTpotSeconds": scenario.slo_tpot_seconds}
+    )
+    return tpot | {
         "accelerator": scenario.accelerator,
         "model": scenario.model,
         "sloTtftSeconds": scenario.slo_ttft_seconds,

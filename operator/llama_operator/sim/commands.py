@@ -23,6 +23,9 @@ JSON_KEYS = (
     "ttft_p50",
     "ttft_p95",
     "ttft_p99",
+    "tpot_p50",
+    "tpot_p95",
+    "requests_within_tpot_slo",
 )
 
 
@@ -37,6 +40,13 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         "data-sheet estimate and the policy's capacity prior",
     )
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT objective in seconds (default 1)")
+    parser.add_argument(
+        "--slo-tpot",
+        type=float,
+        default=None,
+        help="TPOT objective in seconds (default none): the policy sizes decode for it and the replicas run "
+        "the engine the planner tunes for it",
+    )
     parser.add_argument(
         "--percentile", type=float, default=95.0, help="TTFT percentile held to it (default 95)"
     )
@@ -73,6 +83,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         accelerator=args.accelerator,
         model=args.model,
         slo_ttft_seconds=args.slo_ttft,
+        slo_tpot_seconds=args.slo_tpot,
         percentile=args.percentile,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
@@ -142,6 +153,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(
         f"policy {summary.policy} on {_hardware(scenario)} ({scenario.model}), "
         f"SLO p{scenario.percentile:g} TTFT <= {scenario.slo_ttft_seconds:g}s"
+        + (f", TPOT <= {scenario.slo_tpot_seconds:g}s" if scenario.slo_tpot_seconds is not None else "")
     )
     print(f"  requests within SLO        {summary.requests_within_slo:.2%}")
     print(f"  1-min windows within SLO   {summary.windows_within_slo:.2%}")
@@ -150,6 +162,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(
         f"  TTFT p50/p95/p99           {summary.ttft_p50:.3f}s / {summary.ttft_p95:.3f}s / {summary.ttft_p99:.3f}s"
     )
+    print(f"  TPOT p50/p95 (per request) {summary.tpot_p50 * 1000:.1f}ms / {summary.tpot_p95 * 1000:.1f}ms")
+    if summary.requests_within_tpot_slo is not None:
+        print(f"  requests within TPOT SLO   {summary.requests_within_tpot_slo:.2%}")
     return 0
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llama_operator.sim.accelerators import ReplicaProfile
-from llama_operator.sim.metrics import FleetSnapshot, MetricsView, TtftHistogram
+from llama_operator.sim.metrics import FleetSnapshot, ItlHistogram, MetricsView, TtftHistogram
 from llama_operator.sim.replica import Phase, Replica, SimRequest, StepResult
 from llama_operator.sim.trace import Trace
 
@@ -84,6 +84,7 @@ class Fleet:
         self._order = itertools.count()
         self.unrouted: deque[SimRequest] = deque()
         self.histogram = TtftHistogram()
+        self.itl = ItlHistogram()
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.first_tokens = 0
@@ -139,6 +140,8 @@ class Fleet:
     def _account(self, result: StepResult) -> None:
         self.prompt_tokens += result.prompt_tokens
         self.generation_tokens += result.generation_tokens
+        if result.inter_token_count:
+            self.itl.observe(result.inter_token_seconds, result.inter_token_count)
         for request in result.first_tokens:
             self.histogram.observe(request.first_token_time - request.arrival)
         self.first_tokens += len(result.first_tokens)
@@ -210,6 +213,7 @@ class Fleet:
             ready=ready,
             starting=starting,
             draining=draining,
+            itl_bucket_counts=tuple(self.itl.counts),
         )
 
 

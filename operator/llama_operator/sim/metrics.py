@@ -12,6 +12,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from llama_operator.autoscale.signals import (
+    VLLM_ITL_BUCKETS,
     VLLM_TTFT_BUCKETS,
     Signals,
     SignalStatus,
@@ -33,6 +34,19 @@ class TtftHistogram:
         self.counts[bisect_left(VLLM_TTFT_BUCKETS, seconds)] += 1
 
 
+class ItlHistogram:
+    """vllm:inter_token_latency_seconds, summed over the fleet: one observation per token after a
+    sequence's first (vLLM observes every inter-token interval), per-bucket counts, +Inf last."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(VLLM_ITL_BUCKETS) + 1)
+
+    def observe(self, seconds: float, count: int = 1) -> None:
+        self.counts[bisect_left(VLLM_ITL_BUCKETS, seconds)] += count
+
+
 @dataclass(frozen=True, slots=True)
 class FleetSnapshot:
     """The fleet at one instant: gauges summed (KV averaged) over ready replicas, counters cumulative."""
@@ -49,6 +63,7 @@ class FleetSnapshot:
     ready: int
     starting: int
     draining: int
+    itl_bucket_counts: tuple[int, ...] = ()
 
 
 class MetricsView:
@@ -99,6 +114,10 @@ class MetricsView:
         deltas = [a - b for a, b in zip(latest.ttft_bucket_counts, earlier.ttft_bucket_counts, strict=True)]
         ttft = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_TTFT_BUCKETS, deltas))
         prompt = latest.prompt_tokens_total - earlier.prompt_tokens_total
+        tpot = None
+        if latest.itl_bucket_counts and earlier.itl_bucket_counts:
+            itl = [a - b for a, b in zip(latest.itl_bucket_counts, earlier.itl_bucket_counts, strict=True)]
+            tpot = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, itl))
         idle = first_tokens == 0 and prompt == 0 and latest.waiting == 0 and latest.running == 0
         return Signals(
             status=SignalStatus.IDLE if idle else SignalStatus.OK,
@@ -113,6 +132,7 @@ class MetricsView:
             starting_replicas=self.starting_replicas,
             current_replicas=self.current_replicas,
             window_seconds=span,
+            tpot_percentile_seconds=tpot,
         )
 
     def mean_in_flight(self, now: float, window: float) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.plan import Plan
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.baselines.hpa import HorizontalPodAutoscaler, HpaSettings
 from llama_operator.autoscale.baselines.keda import (
@@ -24,6 +25,7 @@ class SloPolicy:
 
     spec: AutoscalingSpec
     capacity_prior: float | None = None  # what the catalog publishes for the accelerator, if anything
+    plan: Plan | None = None  # the planner's plan: its step model seeds the decode capacity (TPOT)
     evaluation_interval: int = 5
     signal_window: float = 20.0  # rate window: four 5 s scrapes
     tuning: PolicyTuning = DEFAULT_TUNING
@@ -32,9 +34,15 @@ class SloPolicy:
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        plan = self.plan
         self.state = AutoscalerState(
             capacity_tokens_per_second=self.capacity_prior,
             capacity_prior_tokens_per_second=self.capacity_prior,
+            # As the reconciler seeds it from status.plan (reconcile.autoscaling.autoscaler_state).
+            decode_step_seconds=plan.decode_step_seconds or None if plan else None,
+            decode_seconds_per_context_token=plan.decode_seconds_per_context_token or None if plan else None,
+            prefill_seconds_per_token=plan.prefill_seconds_per_token or None if plan else None,
+            chunk_tokens=plan.max_num_batched_tokens or None if plan else None,
         )
 
     def initial_replicas(self) -> int:

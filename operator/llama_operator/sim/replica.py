@@ -49,6 +49,10 @@ class StepResult:
     generation_tokens: int = 0
     first_tokens: list[SimRequest] = field(default_factory=list)
     finished: list[SimRequest] = field(default_factory=list)
+    # Inter-token intervals the step gave the sequences already decoding: `inter_token_count` tokens,
+    # each `inter_token_seconds` after its predecessor (a decode segment's steps at their mean length).
+    inter_token_seconds: float = 0.0
+    inter_token_count: int = 0
 
 
 _MIXED = 0
@@ -210,6 +214,12 @@ class Replica:
         """Apply the step or segment that ends at `now`."""
         result = StepResult()
         batch = len(self._decoding)
+        if batch:
+            # One token per decoding sequence per step: a step that carries a prompt chunk is a longer
+            # interval for all of them, which is how TPOT rises with prefill load and batch size.
+            steps = 1 if self._kind == _MIXED else self._segment_steps
+            result.inter_token_seconds = (now - self._segment_start) / steps
+            result.inter_token_count = steps * batch
         if self._kind == _MIXED:
             self._steps += 1
             self._context_tokens += batch

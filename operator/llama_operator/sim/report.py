@@ -37,6 +37,11 @@ class RunSummary:
     ttft_p95: float
     ttft_p99: float
     peak_replicas: int
+    # Time per output token of each request of two tokens or more, (last - first token) / (tokens - 1);
+    # the share within the TPOT objective when the scenario sets one (None otherwise).
+    tpot_p50: float = math.nan
+    tpot_p95: float = math.nan
+    requests_within_tpot_slo: float | None = None
 
     def to_json(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -57,8 +62,18 @@ def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
     return flaps
 
 
-def summarize(result: SimulationResult, slo_seconds: float, percentile: float) -> RunSummary:
+def summarize(
+    result: SimulationResult, slo_seconds: float, percentile: float, tpot_slo_seconds: float | None = None
+) -> RunSummary:
     ttfts = [r.first_token_time - r.arrival for r in result.requests]
+    tpots = sorted(
+        (r.finish_time - r.first_token_time) / (r.output_tokens - 1)
+        for r in result.requests
+        if r.output_tokens > 1
+    )
+    within_tpot = None
+    if tpot_slo_seconds is not None:
+        within_tpot = sum(1 for t in tpots if t <= tpot_slo_seconds) / len(tpots) if tpots else 1.0
     ordered = sorted(ttfts)
     within = sum(1 for t in ttfts if t <= slo_seconds) / len(ttfts) if ttfts else 1.0
     by_window: dict[int, list[float]] = defaultdict(list)
@@ -85,4 +100,7 @@ def summarize(result: SimulationResult, slo_seconds: float, percentile: float) -
         ttft_p95=quantile(ordered, 0.95),
         ttft_p99=quantile(ordered, 0.99),
         peak_replicas=max(peak, initial),
+        tpot_p50=quantile(tpots, 0.50),
+        tpot_p95=quantile(tpots, 0.95),
+        requests_within_tpot_slo=within_tpot,
     )

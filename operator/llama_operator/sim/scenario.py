@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.api.plan import Plan
+from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec, SLOSpec
+from llama_operator.planning.planner import PlanningConfig, plan_service
 from llama_operator.sim.accelerators import (
     PUBLISHED_PREFILL_TOKENS_PER_SECOND,
     ReplicaProfile,
@@ -35,6 +38,9 @@ class Scenario:
     model: str = "llama-3.2-1b"
     slo_ttft_seconds: float = 1.0
     percentile: float = 95.0
+    # A TPOT objective: the policy sizes decode for it, and the replicas run the engine the planner tunes
+    # for it (max-num-seqs capped where a step would exceed it, the prompt chunk it allows).
+    slo_tpot_seconds: float | None = None
     min_replicas: int = 1
     max_replicas: int = 20
     cold_start_seconds: float = 40.0
@@ -59,17 +65,55 @@ class Scenario:
             scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
             slo=SLOSpec(
                 ttft_seconds=self.slo_ttft_seconds,
+                tpot_seconds=self.slo_tpot_seconds,
                 percentile=self.percentile,
                 queue_depth_per_replica=self.queue_depth_per_replica,
             ),
         )
 
+    def plan(self) -> Plan | None:
+        """What the operator's planner deploys for this service (None for a measured profile, whose
+        hardware the catalog may not know)."""
+        if self.measured is not None:
+            return None
+        return planned_engine(self.accelerator, self.model, self.spec())
+
     def fleet(self) -> FleetConfig:
+        profile = self.measured or replica_profile(self.accelerator, self.model)
+        plan = self.plan() if self.slo_tpot_seconds is not None else None
+        if plan is not None:
+            # The engine the planner tunes for the TPOT objective runs in the simulated replicas.
+            profile = replace(
+                profile,
+                max_num_seqs=plan.max_num_seqs,
+                max_num_batched_tokens=plan.max_num_batched_tokens or profile.max_num_batched_tokens,
+            )
         return FleetConfig(
-            profile=self.measured or replica_profile(self.accelerator, self.model),
+            profile=profile,
             cold_start_seconds=self.cold_start_seconds,
             scrape_interval=self.scrape_interval,
         )
+
+
+def planned_engine(accelerator: str, model: str, spec: AutoscalingSpec) -> Plan:
+    """The planner's plan for the simulator's `model` on its `accelerator` (names as in sim.accelerators)."""
+    sliced = re.fullmatch(r"(?P<type>.+gb)-(?P<mig>\d+g\.\d+gb)", accelerator)
+    accel = {"type": sliced["type"], "mig": sliced["mig"]} if sliced else {"type": accelerator}
+    service = LlamaServiceSpec.model_validate(
+        {
+            "model": {"name": SIM_MODEL_HUB_IDS[model]},
+            "accelerator": accel,
+            "autoscaling": spec.to_wire(),
+        }
+    )
+    return plan_service(service, name="sim", config=PlanningConfig())
+
+
+SIM_MODEL_HUB_IDS = {
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama-3.2-3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+}
 
 
 class ScenarioRunner:
@@ -103,7 +147,12 @@ class ScenarioRunner:
                 prior: float | None = self.scenario.measured.prefill_tokens_per_second
             else:
                 prior = PUBLISHED_PREFILL_TOKENS_PER_SECOND.get(self.scenario.accelerator)
-            return SloPolicy(spec, capacity_prior=prior)
+            plan = self.scenario.plan() if self.scenario.slo_tpot_seconds is not None else None
+            if plan is not None:
+                # The replicas run the planner's engine (its chunk): the prior is the plan's, as in the
+                # operator (status.plan.prefillTokensPerSecond).
+                prior = plan.prefill_tokens_per_second
+            return SloPolicy(spec, capacity_prior=prior, plan=plan)
         if name == "hpa":
             return HpaPolicy(spec, target, name="hpa" if target is None else f"hpa(target={target:g})")
         if name == "keda":
@@ -136,7 +185,8 @@ class ScenarioRunner:
 
     def run(self, policy: SimPolicy) -> tuple[SimulationResult, RunSummary]:
         result = simulate(self.trace, policy, self.config)
-        return result, summarize(result, self.scenario.slo_ttft_seconds, self.scenario.percentile)
+        s = self.scenario
+        return result, summarize(result, s.slo_ttft_seconds, s.percentile, s.slo_tpot_seconds)
 
     def sweep(
         self, base: str, progress: Callable[[str], None] | None = None
