@@ -89,6 +89,16 @@ class Cluster:
             pytest.fail(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
         return done
 
+    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """helm against the local cluster; the caller checks the result (failures are often the point)."""
+        return subprocess.run(
+            [str(self.info.helm_path), f"--kubeconfig={self.info.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
     def apply(self, manifest: dict[str, Any] | str, namespace: str) -> subprocess.CompletedProcess[str]:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         return self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text, check=False)

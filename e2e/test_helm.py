@@ -22,13 +22,7 @@ CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
 
 
 def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(cluster.info.helm_path), f"--kubeconfig={cluster.info.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return cluster.helm(*args)
 
 
 @pytest.fixture(scope="module")
