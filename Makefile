@@ -22,11 +22,13 @@ lint: setup
 	$(VENV)/bin/mypy --strict tests e2e
 	$(VENV)/bin/lint-imports
 
-# The generated files: the CRD (crds/ and the chart's template) and the chart's values.schema.json.
+# The generated files: the CRD (crds/ and the chart's template), the chart's values.schema.json and the
+# values reference in docs/install.md.
 crd: setup
 	$(VENV)/bin/llama-operator crd > crds/llamaservices.serving.llama-operator.dev.yaml
 	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
 	$(PY) -c "from llama_operator.api.chart_values import *; open(VALUES_SCHEMA_FILE, 'w').write(render_values_schema())"
+	$(PY) -c "import yaml; from llama_operator.api.chart_values import *; d = open(VALUES_REFERENCE_DOC).read(); open(VALUES_REFERENCE_DOC, 'w').write(with_values_reference(d, yaml.safe_load(open('charts/llama-operator/values.yaml'))))"
 
 # The Grafana dashboard and the PrometheusRule template, from the operator's metric names (CI fails when
 # the committed files drift).

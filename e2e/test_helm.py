@@ -121,6 +121,25 @@ def test_a_bad_value_fails_at_install_time_naming_the_field(
     assert message in done.stderr, done.stderr
 
 
+def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> None:
+    """docs/install.md's usual values file is one the chart takes."""
+    doc = (repo_root() / "docs" / "install.md").read_text()
+    values = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "watchNamespaces" in values and "podMonitorLabels" in values, "the usual values block moved"
+    (tmp_path / "values.yaml").write_text(values)
+    done = helm(
+        cluster,
+        "template",
+        "x",
+        str(repo_root() / "charts" / "llama-operator"),
+        "-f",
+        str(tmp_path / "values.yaml"),
+    )
+    assert done.returncode == 0, done.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(done.stdout) if d}
+    assert {"ServiceMonitor", "PrometheusRule", "Deployment"} <= kinds, kinds
+
+
 @pytest.mark.parametrize(
     ("value", "namespaces"),
     [

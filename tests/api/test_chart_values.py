@@ -8,7 +8,14 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from llama_operator.api.chart_values import VALUES_SCHEMA_FILE, ChartValues, render_values_schema
+from llama_operator.api.chart_values import (
+    VALUES_REFERENCE_DOC,
+    VALUES_SCHEMA_FILE,
+    ChartValues,
+    render_values_schema,
+    values_reference_rows,
+    with_values_reference,
+)
 from llama_operator.api.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,6 +25,30 @@ def test_the_committed_schema_is_the_generated_one() -> None:
     assert (REPO / VALUES_SCHEMA_FILE).read_text() == render_values_schema(), (
         f"{VALUES_SCHEMA_FILE} is stale: run `make crd`"
     )
+
+
+def chart_defaults() -> dict[str, object]:
+    loaded: dict[str, object] = yaml.safe_load((REPO / "charts/llama-operator/values.yaml").read_text())
+    return loaded
+
+
+def test_the_install_docs_values_reference_is_the_generated_one() -> None:
+    doc = (REPO / VALUES_REFERENCE_DOC).read_text()
+    assert doc == with_values_reference(doc, chart_defaults()), (
+        f"the values reference in {VALUES_REFERENCE_DOC} is stale: run `make crd`"
+    )
+
+
+def test_the_values_reference_has_a_described_row_for_every_setting() -> None:
+    rows = {
+        key: (kind, default, text) for key, kind, default, text in values_reference_rows(chart_defaults())
+    }
+    for name, field in Settings.model_fields.items():
+        key = f"config.{field.alias or name}"
+        assert key in rows, key
+        assert rows[key][2], f"{key} has no description: add one in api/settings.py"
+    assert rows["config.migStrategy"][:2] == ("`mixed` \\| `single`", '`"mixed"`')
+    assert rows["imagePullSecrets"][1] == "`[]`"
 
 
 def test_values_yaml_is_valid_and_its_config_is_the_operators_settings() -> None:

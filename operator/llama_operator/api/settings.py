@@ -21,9 +21,26 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    mig_strategy: Literal["mixed", "single"] = "mixed"
-    price_overrides: dict[str, float] = Field(default_factory=dict)
-    gpu_image: str | None = None
+    mig_strategy: Annotated[
+        Literal["mixed", "single"],
+        Field(
+            description="As the NVIDIA GPU Operator's MIG strategy is set: mixed (a resource per MIG profile, "
+            "nvidia.com/mig-1g.10gb) or single (MIG slices as nvidia.com/gpu)."
+        ),
+    ] = "mixed"
+    price_overrides: Annotated[
+        dict[str, float],
+        Field(
+            description="Price per GPU-hour by accelerator type (or type/MIG profile), e.g. {t4: 0.35, "
+            "a100/1g.10gb: 0.5}: replaces the catalog's list price when planning and in the cost figures."
+        ),
+    ] = Field(default_factory=dict)
+    gpu_image: Annotated[
+        str | None,
+        Field(
+            description="vLLM image for GPU LlamaServices without spec.engine.image (default: the pinned one)."
+        ),
+    ] = None
     allowed_image_prefixes: Annotated[
         list[str],
         Field(
@@ -31,9 +48,16 @@ class Settings(BaseModel):
             "empty allows any image. The operator's own default images are always allowed."
         ),
     ] = Field(default_factory=list)
-    cpu_image: str | None = None
-    field_manager: str = "llama-operator"
-    autoscaler_field_manager: str = "llama-operator-autoscaler"
+    cpu_image: Annotated[
+        str | None,
+        Field(description="vLLM image for accelerator type cpu (default: the pinned CPU build)."),
+    ] = None
+    field_manager: Annotated[
+        str, Field(description="Field manager of the operator's server-side applies.")
+    ] = "llama-operator"
+    autoscaler_field_manager: Annotated[
+        str, Field(description="Field manager of the autoscaler's replica writes.")
+    ] = "llama-operator-autoscaler"
     pod_annotations: Annotated[
         dict[str, str], Field(description="Annotations on every vLLM pod the operator creates.")
     ] = Field(default_factory=dict)
@@ -69,16 +93,34 @@ class Settings(BaseModel):
             json_schema_extra=NOT_RESERVED_KEYS,
         ),
     ] = Field(default_factory=dict)
-    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: Annotated[
+        str,
+        Field(description="The Prometheus API (or Thanos, Mimir) the autoscaler reads vLLM's metrics from."),
+    ] = "http://prometheus-operated.monitoring.svc:9090"
     service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = (
         "llamaservice"
     )
-    namespace_label: str = "namespace"
-    autoscale_interval_seconds: float = 5.0
-    signal_window_seconds: float = 60.0
-    pod_monitor: Literal["auto", "always", "never"] = "auto"
-    startup_timeout_seconds: int = 1200
-    termination_grace_seconds: int = 120
+    namespace_label: Annotated[
+        str, Field(description="Prometheus label naming the LlamaService's namespace.")
+    ] = "namespace"
+    autoscale_interval_seconds: Annotated[float, Field(description="How often the autoscaler decides.")] = 5.0
+    signal_window_seconds: Annotated[
+        float, Field(description="Range of the autoscaler's rate and percentile queries.")
+    ] = 60.0
+    pod_monitor: Annotated[
+        Literal["auto", "always", "never"],
+        Field(
+            description="A PodMonitor per LlamaService: auto while the Prometheus Operator's CRD is installed "
+            "(followed while running), always, or never (prometheus.io scrape annotations instead)."
+        ),
+    ] = "auto"
+    startup_timeout_seconds: Annotated[
+        int,
+        Field(description="How long a vLLM pod may take to load its model before its startup probe fails."),
+    ] = 1200
+    termination_grace_seconds: Annotated[
+        int, Field(description="vLLM pods' grace period: in-flight requests drain this long on scale-down.")
+    ] = 120
     status_refresh_seconds: Annotated[
         float,
         Field(
@@ -97,11 +139,13 @@ class Settings(BaseModel):
     leader_election_namespace: Annotated[
         str, Field(description="Namespace of the Lease; in a pod, the operator's own (POD_NAMESPACE).")
     ] = "default"
-    leader_election_lease: str = "llama-operator"
+    leader_election_lease: Annotated[str, Field(description="Name of the Lease.")] = "llama-operator"
     leader_lease_seconds: Annotated[
         float, Field(description="A standby takes over this long after the leader's last renewal.", ge=2)
     ] = 10.0
-    leader_renew_seconds: Annotated[float, Field(gt=0)] = 2.0
+    leader_renew_seconds: Annotated[
+        float, Field(description="How often the leader renews its Lease.", gt=0)
+    ] = 2.0
     health_port: Annotated[
         int, Field(description="Port of /healthz and /readyz (0: off).", ge=0, le=65535)
     ] = 8080
