@@ -140,3 +140,69 @@ def test_condition_transitions_name_the_move_and_the_reason() -> None:
     assert condition_transitions(before, after) == ["ScalingActive True -> False (NoMetrics): ttft None"]
     assert condition_transitions(before, before) == []
     assert condition_transitions(None, before) == ["ScalingActive unset -> True (ValidMetrics): ttft 0.4"]
+
+
+PLAN_STEPS = {
+    "prefillTokensPerSecond": 6600,
+    "decodeStepSeconds": 0.0143,
+    "decodeSecondsPerContextToken": 1.365e-7,
+    "prefillSecondsPerToken": 7.5e-5,
+    "maxNumBatchedTokens": 296,
+}
+
+
+def test_the_plans_step_model_seeds_the_state_and_follows_a_new_plan() -> None:
+    state = autoscaler_state({"plan": PLAN_STEPS})
+    assert (state.decode_step_seconds, state.chunk_tokens) == (0.0143, 296)
+    assert state.decode_seconds_per_context_token == 1.365e-7 and state.prefill_seconds_per_token == 7.5e-5
+    # Remembered between status writes, yet a new plan (another accelerator) replaces the step model.
+    replanned = autoscaler_state({"plan": {**PLAN_STEPS, "decodeStepSeconds": 0.0072}}, state)
+    assert replanned.decode_step_seconds == 0.0072
+    assert autoscaler_state({"plan": {}}, state).decode_step_seconds is None
+
+
+def tpot_signals(*, ttft: float, tpot: float | None) -> Signals:
+    return Signals(
+        status=SignalStatus.OK,
+        ttft_percentile_seconds=ttft,
+        queue_waiting_total=0,
+        running_total=2,
+        kv_cache_usage=0.2,
+        request_rate=1.0,
+        prompt_token_rate=500,
+        generation_token_rate=100,
+        ready_replicas=2,
+        starting_replicas=0,
+        current_replicas=2,
+        tpot_percentile_seconds=tpot,
+    )
+
+
+def test_slo_met_names_the_missed_objective_with_observed_and_target() -> None:
+    spec = AutoscalingSpec.model_validate({"slo": {"ttftSeconds": 0.5, "tpotSeconds": 0.05}})
+
+    def outcome(ttft: float, tpot: float | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        sig = tpot_signals(ttft=ttft, tpot=tpot)
+        decision = decide(spec, sig, autoscaler_state({"plan": PLAN_STEPS}), 1000.0)
+        out = autoscale_outcome(
+            None,
+            decision,
+            sig,
+            slo_ttft_seconds=0.5,
+            slo_tpot_seconds=0.05,
+            prometheus_error=None,
+            generation=1,
+            now=NOW,
+        )
+        return conditions(out.status_patch)["SLOMet"], out.status_patch["autoscaling"]
+
+    met, auto = outcome(0.3, 0.031)
+    assert met["status"] == "True" and met["message"] == "TTFT 0.300s <= 0.5s, TPOT 0.031s <= 0.05s"
+    assert auto["observedTpotSeconds"] == 0.031
+    tpot_missed, _ = outcome(0.3, 0.061)
+    assert tpot_missed["status"] == "False" and tpot_missed["reason"] == "SLOBreached"
+    assert tpot_missed["message"] == "TPOT above the SLO: TTFT 0.300s <= 0.5s, TPOT 0.061s > 0.05s"
+    both, _ = outcome(0.9, 0.061)
+    assert both["message"].startswith("TTFT and TPOT above the SLO: TTFT 0.900s > 0.5s")
+    ttft_missed, _ = outcome(0.9, None)
+    assert ttft_missed["message"] == "TTFT above the SLO: TTFT 0.900s > 0.5s, TPOT not observed (SLO 0.05s)"

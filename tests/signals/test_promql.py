@@ -95,3 +95,19 @@ def test_percentile_per_service_from_one_bucket_query() -> None:
     assert p50 is not None and p99 is not None
     assert p50 == pytest.approx(0.1)
     assert p99 == pytest.approx(1.0)
+
+
+def test_tpot_is_read_from_vllms_inter_token_latency_histogram() -> None:
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60)
+    # vLLM 0.32 observes every inter-token interval here; time_per_output_token_seconds is gone.
+    assert "rate(vllm:inter_token_latency_seconds_bucket[60s])" in queries["tpot_buckets"]
+    assert "time_per_output_token" not in " ".join(queries.values())
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 1.0), (lab(B), 1.0)],
+        "tpot_buckets": buckets(A, {"0.025": 80, "0.05": 15, "0.075": 5, "+Inf": 0}),
+    }
+    signals = assemble_signals(results, {A: view(95), B: view(95)}, L, window_seconds=60)
+    assert signals[A].tpot_percentile_seconds == pytest.approx(0.05)  # rank 95 ends the (0.025, 0.05] bucket
+    assert signals[B].tpot_percentile_seconds is None  # no token followed another

@@ -97,6 +97,8 @@ TPOT_CHUNK_SHARE = 0.5
 # - chunks below this many tokens spend more time reading the weights than computing the prompt;
 #   above MAX_CHUNK_TOKENS a step stops getting more efficient (vLLM's own default is 2048 to 8192);
 MIN_CHUNK_TOKENS = 256
+# ... except where only a smaller one keeps a step within the TPOT objective (a slow slice).
+MIN_TPOT_CHUNK_TOKENS = 64
 # vLLM 0.32's step budget when none is given (online serving on a GPU below 70 GiB).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 MAX_CHUNK_TOKENS = 8192
@@ -564,15 +566,16 @@ def _tpot_tuning(
             f"the weights alone takes {steps.weight_read_seconds * 1000:.1f} ms); raise tpotSeconds or use a "
             "faster accelerator"
         )
-    chunk = max(
-        MIN_CHUNK_TOKENS, math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
-    )
+    by_share = math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
+    # At least MIN_CHUNK_TOKENS where a step of one sequence and such a chunk fits, else what does.
+    floor = max(MIN_TPOT_CHUNK_TOKENS, min(MIN_CHUNK_TOKENS, steps.chunk_within(tpot, 1, context)))
+    chunk = max(floor, by_share)
     chunk = min(chunk - chunk % KV_BLOCK_TOKENS, MAX_CHUNK_TOKENS)
     batch = steps.tpot_batch(tpot, chunk, context)
     if batch < 1:
         raise PlanningError(
             f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name} beside prompt chunks of "
-            f"{chunk} tokens (the smallest worth running): raise tpotSeconds or use a faster accelerator"
+            f"{chunk} tokens (the smallest run): raise tpotSeconds or use a faster accelerator"
         )
     if batch >= 8:
         batch -= batch % 8  # vLLM captures CUDA graphs for batch sizes in steps of 8
@@ -615,8 +618,13 @@ def _chunk(
             f"interval); beside a full batch, prompts above ~{longest} tokens take longer than the TTFT "
             f"objective {slo.ttft_seconds:g}s to prefill"
         )
-    chunk = max(chunk, max_num_seqs)
-    return chunk, f"{why}; prefill ~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"
+    # vLLM's step budget counts every running sequence's decode token too: the budget is the chunk plus a
+    # full batch, so a step at max-num-seqs still carries a whole chunk.
+    budget = chunk + max_num_seqs
+    return budget, (
+        f"a {chunk}-token prompt chunk plus {max_num_seqs} decode tokens: {why}; prefill "
+        f"~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"
+    )
 
 
 def _try_size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _Sized | None:

@@ -1,0 +1,85 @@
+"""decide() with a TPOT objective: decode capacity from the plan's step model, max(TTFT, TPOT) needs,
+and a breach of either objective."""
+
+from __future__ import annotations
+
+from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
+from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.catalog.performance import StepModel
+
+# Llama 3.2 1B on a T4 as the planner models it (catalog.performance).
+STEPS = StepModel(
+    weight_read_seconds=0.0143, seconds_per_context_token=1.365e-7, seconds_per_prefill_token=7.5e-5
+)
+CHUNK = 256
+TPOT = 0.05
+SPEC = AutoscalingSpec(
+    min_replicas=1, max_replicas=20, slo=SLOSpec(ttft_seconds=1.0, tpot_seconds=TPOT, percentile=95)
+)
+
+
+def state() -> AutoscalerState:
+    return AutoscalerState(
+        capacity_tokens_per_second=50_000.0,  # prefill is never what limits in these tests
+        decode_step_seconds=STEPS.weight_read_seconds,
+        decode_seconds_per_context_token=STEPS.seconds_per_context_token,
+        prefill_seconds_per_token=STEPS.seconds_per_prefill_token,
+        chunk_tokens=CHUNK,
+    )
+
+
+def signals(
+    *, rate: float, prompt: float = 500.0, output: float = 300.0, ready: int = 1, tpot: float | None = 0.02
+) -> Signals:
+    return Signals(
+        status=SignalStatus.OK,
+        ttft_percentile_seconds=0.2,
+        queue_waiting_total=0.0,
+        running_total=rate,
+        kv_cache_usage=0.1,
+        request_rate=rate,
+        prompt_token_rate=rate * prompt,
+        generation_token_rate=rate * output,
+        ready_replicas=ready,
+        starting_replicas=0,
+        current_replicas=ready,
+        window_seconds=30.0,
+        tpot_percentile_seconds=tpot,
+    )
+
+
+def test_decode_sizes_replicas_from_the_plans_step_model() -> None:
+    s = signals(rate=24.0)  # 7200 output tok/s of sequences holding ~650 tokens of context
+    decision = decide(SPEC, s, state(), now=1000.0)
+    context = 500 + 300 / 2
+    per_replica = STEPS.decode_tokens_per_second(TPOT, CHUNK, context)
+    expected = -(-7200 // (per_replica * DEFAULT_TUNING.max_utilization))
+    assert decision.needed_replicas == expected > 1
+    assert "within TPOT 0.05s" in decision.reason
+    # Without the TPOT objective the same load is prefill-light: one replica does.
+    ttft_only = AutoscalingSpec(min_replicas=1, max_replicas=20, slo=SLOSpec(ttft_seconds=1.0))
+    assert decide(ttft_only, s, state(), now=1000.0).needed_replicas == 1
+
+
+def test_longer_contexts_need_more_replicas_for_the_same_tokens() -> None:
+    short = decide(SPEC, signals(rate=8.0, prompt=200), state(), now=1000.0).needed_replicas
+    long = decide(SPEC, signals(rate=8.0, prompt=3000), state(), now=1000.0).needed_replicas
+    assert short is not None and long is not None and long > short
+
+
+def test_a_tpot_above_the_objective_is_a_breach() -> None:
+    decision = decide(SPEC, signals(rate=1.0, tpot=0.09), state(), now=1000.0)
+    assert decision.slo_met is False
+    assert decision.state.slo_breach_since == 1000.0
+    # Persistent for two windows while the model says one replica does: one more is added.
+    later = decide(SPEC, signals(rate=1.0, tpot=0.09), decision.state, now=1061.0)
+    assert later.desired_replicas == 2 and "TPOT p95 90ms > SLO 0.05s" in later.reason
+    assert decide(SPEC, signals(rate=1.0, tpot=0.04), state(), now=1000.0).slo_met is True
+
+
+def test_tpot_alone_is_judged_when_no_first_token_was_seen() -> None:
+    s = signals(rate=1.0, tpot=0.04)
+    quiet = Signals(**{**{f: getattr(s, f) for f in s.__slots__}, "ttft_percentile_seconds": None})
+    assert decide(SPEC, quiet, state(), now=1000.0).slo_met is True

@@ -1,0 +1,64 @@
+"""The step-time model shared by the planner, the policy and the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_operator.catalog.accelerators import accelerator
+from llama_operator.catalog.performance import StepModel, step_model
+
+# Llama 3.2 1B in fp16 on a T4 (design brief: 2.47 GB of weights, 32 KiB of KV per token, 320 GB/s).
+T4_1B = step_model(
+    bandwidth_bytes_per_s=accelerator("t4").bandwidth_bytes_per_s,
+    fp16_tflops=accelerator("t4").fp16_dense_tflops,
+    weight_bytes=2.47e9,
+    kv_bytes_per_token=32768,
+    parameters=1.24e9,
+)
+
+
+def test_a_decode_step_reads_the_weights_and_every_sequences_kv_cache() -> None:
+    # Batch 1 sits above the brief's 7.7 ms bandwidth floor, at the slow end of its 10-14 ms estimate.
+    assert 0.0077 < T4_1B.step_seconds(1, 1000) < 0.016
+    one, many = T4_1B.step_seconds(1, 1000), T4_1B.step_seconds(64, 1000)
+    assert many - one == pytest.approx(63 * 1000 * 32768 / (320e9 * 0.75), rel=1e-9)
+    assert T4_1B.step_seconds(8, 1000, chunk=512) > T4_1B.step_seconds(8, 1000)
+
+
+def test_the_tpot_batch_is_the_largest_whose_step_fits() -> None:
+    tpot, context = 0.05, 2048.0
+    batch = T4_1B.tpot_batch(tpot, 0, context)
+    assert T4_1B.step_seconds(batch, context) <= tpot < T4_1B.step_seconds(batch + 1, context)
+    # A prompt chunk in the same step leaves room for fewer sequences.
+    with_chunk = T4_1B.tpot_batch(tpot, 256, context)
+    assert 0 < with_chunk < batch
+    assert T4_1B.step_seconds(with_chunk, context, 256) <= tpot
+    # Faster than the weights can be read: no batch at all.
+    assert T4_1B.tpot_batch(0.005, 0, context) == 0
+    assert T4_1B.decode_tokens_per_second(tpot, 256, context) == with_chunk / tpot
+
+
+def test_a_faster_memory_decodes_more_within_the_same_tpot() -> None:
+    a10g = step_model(
+        bandwidth_bytes_per_s=accelerator("a10g").bandwidth_bytes_per_s,
+        fp16_tflops=accelerator("a10g").fp16_dense_tflops,
+        weight_bytes=2.47e9,
+        kv_bytes_per_token=32768,
+        parameters=1.24e9,
+    )
+    assert a10g.tpot_batch(0.06, 128, 2048) > T4_1B.tpot_batch(0.06, 128, 2048) > 0
+
+
+def test_chunks_and_prefill_throughput() -> None:
+    model = StepModel(
+        weight_read_seconds=0.01, seconds_per_context_token=1e-7, seconds_per_prefill_token=1e-4
+    )
+    assert model.chunk_within(0.11, 0, 0) == 1000
+    assert model.chunk_within(0.005, 0, 0) == 0
+    # Bigger chunks read the weights fewer times per prompt token: more throughput, towards 1 / t_prefill.
+    assert model.prefill_tokens_per_second(256) < model.prefill_tokens_per_second(2048) < 1e4
+    eager = step_model(
+        bandwidth_bytes_per_s=320e9, fp16_tflops=65, weight_bytes=2.47e9, kv_bytes_per_token=32768,
+        parameters=1.24e9, eager=True,
+    )  # fmt: skip
+    assert eager.weight_read_seconds > T4_1B.weight_read_seconds
