@@ -140,6 +140,29 @@ def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> Non
     assert {"ServiceMonitor", "PrometheusRule", "Deployment"} <= kinds, kinds
 
 
+def test_the_service_monitor_can_live_where_prometheus_looks(cluster: Cluster) -> None:
+    done = helm(
+        cluster,
+        "template",
+        "x",
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        "ops",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.namespace=monitoring",
+        "--set",
+        "metrics.serviceMonitor.additionalLabels.release=kube-prometheus-stack",
+    )
+    assert done.returncode == 0, done.stderr
+    monitor = next(d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ServiceMonitor")
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # It still selects the operator's metrics Service, in the release namespace.
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+
+
 @pytest.mark.parametrize(
     ("value", "namespaces"),
     [

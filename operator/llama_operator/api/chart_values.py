@@ -74,6 +74,13 @@ class ServiceMonitorValues(ValuesModel):
         ),
     ] = Field(default_factory=dict)
     interval: Annotated[str, Field(description="Scrape interval.", pattern=r"^([0-9]+(ms|s|m|h))+$")] = "30s"
+    namespace: Annotated[
+        str,
+        Field(
+            description="Namespace of the ServiceMonitor (default: the release's), e.g. the one your Prometheus "
+            "looks in (its serviceMonitorNamespaceSelector); it selects the Service in the release namespace."
+        ),
+    ] = ""
 
 
 class MetricsValues(ValuesModel):
