@@ -241,6 +241,9 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
     labels = series[0]["metric"]
     assert labels["model_name"] == NAME and labels["engine"] == "0", labels
     assert labels["pod"].startswith(f"{NAME}-"), labels
+    # TPOT arrives too: vLLM 0.32's inter-token histogram, one observation per token after the first.
+    intervals = prometheus.value(f"sum(vllm:inter_token_latency_seconds_count{{{selector}}})")
+    assert intervals is not None and intervals > 0, f"no inter-token latency series{context()}"
     assert replicas()[0] == 1, context()
 
     # 1. Step up. The queue is a gauge: the first scrape after the step shows it, so the Deployment

@@ -20,7 +20,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from llama_operator.fleetsim.exposition import PodGauges, PodStats, render
@@ -47,6 +47,7 @@ class ServiceInfo:
     model: str | None = None  # a `sim.accelerators.MODELS` name; None: the default
     served_model_name: str | None = None
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None  # the planned step budget; None: vLLM's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +124,7 @@ class FleetEngine:
         self._steps: list[tuple[float, int, str, int]] = []  # (end, order, pod uid, replica version)
         self._arrivals: list[tuple[float, int, ServiceKey, int, int, int]] = []  # (t, order, key, gen, p, o)
         self._order = itertools.count()
-        self._profiles: dict[tuple[str, str, int], ReplicaProfile] = {}
+        self._profiles: dict[tuple[str, str, int, int | None], ReplicaProfile] = {}
         self._request_index = itertools.count()
         self._replica_index = itertools.count()
         self.now = 0.0
@@ -189,6 +190,7 @@ class FleetEngine:
             self.accelerator or info.accelerator or FALLBACK_ACCELERATOR,
             self.model or info.model or FALLBACK_MODEL,
             info.max_num_seqs or 256,
+            info.max_num_batched_tokens,
         )
         profile = self._profiles.get(key)
         if profile is None:
@@ -196,6 +198,8 @@ class FleetEngine:
                 profile = replica_profile(key[0], key[1], max_num_seqs=key[2])
             except ValueError:  # e.g. the model does not fit that slice: the default stands in
                 profile = replica_profile(FALLBACK_ACCELERATOR, FALLBACK_MODEL, max_num_seqs=key[2])
+            if key[3] is not None:
+                profile = replace(profile, max_num_batched_tokens=key[3])
             self._profiles[key] = profile
         return profile
 

@@ -84,11 +84,13 @@ def service_info(item: Mapping[str, Any]) -> tuple[ServiceKey, ServiceInfo]:
     spec = item.get("spec") or {}
     plan = (item.get("status") or {}).get("plan") or {}
     seqs = plan.get("maxNumSeqs")
+    budget = plan.get("maxNumBatchedTokens")
     info = ServiceInfo(
         accelerator=simulated_accelerator(plan),
         model=simulated_model(str((spec.get("model") or {}).get("name", ""))),
         served_model_name=plan.get("servedModelName") or None,
         max_num_seqs=int(seqs) if isinstance(seqs, int) and seqs > 0 else None,
+        max_num_batched_tokens=int(budget) if isinstance(budget, int) and budget > 0 else None,
     )
     return (str(meta.get("namespace", "")), str(meta.get("name", ""))), info
 
