@@ -64,3 +64,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.image.digest }}{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
 {{- end }}
+
+{{/* The operator's configuration: .Values.config plus the files that .Values.prometheus mounts (the
+Secrets stay Secrets: the ConfigMap holds only their paths). */}}
+{{- define "llama-operator.prometheusDir" -}}/etc/llama-operator-prometheus{{- end }}
+{{- define "llama-operator.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- $dir := include "llama-operator.prometheusDir" . -}}
+{{- $p := .Values.prometheus | default dict -}}
+{{- with $p.ca }}
+{{- if and .configMap .secret }}{{ fail "prometheus.ca: give configMap or secret, not both" }}{{ end }}
+{{- if or .configMap .secret }}
+{{- if $config.prometheusCaFile }}{{ fail "prometheus.ca and config.prometheusCaFile both set: keep one" }}{{ end }}
+{{- $_ := set $config "prometheusCaFile" (printf "%s/ca/%s" $dir .key) }}
+{{- end }}
+{{- end }}
+{{- with $p.basicAuth }}
+{{- if .secretName }}
+{{- if or $config.prometheusBasicAuthUsernameFile $config.prometheusBasicAuthPasswordFile }}{{ fail "prometheus.basicAuth and config.prometheusBasicAuth*File both set: keep one" }}{{ end }}
+{{- $_ := set $config "prometheusBasicAuthUsernameFile" (printf "%s/basic-auth/%s" $dir .usernameKey) }}
+{{- $_ := set $config "prometheusBasicAuthPasswordFile" (printf "%s/basic-auth/%s" $dir .passwordKey) }}
+{{- end }}
+{{- end }}
+{{- with $p.bearerToken }}
+{{- if .secretName }}
+{{- if $config.prometheusBearerTokenFile }}{{ fail "prometheus.bearerToken and config.prometheusBearerTokenFile both set: keep one" }}{{ end }}
+{{- $_ := set $config "prometheusBearerTokenFile" (printf "%s/token/%s" $dir .key) }}
+{{- end }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}

@@ -170,6 +170,33 @@ class PrometheusRuleValues(ValuesModel):
     ] = "15m"
 
 
+class PrometheusCaValues(ValuesModel):
+    config_map: Annotated[str, Field(description="ConfigMap holding the CA bundle (or give secret).")] = ""
+    secret: Annotated[str, Field(description="Secret holding the CA bundle (or give configMap).")] = ""
+    key: Annotated[str, Field(min_length=1, description="Key of the CA bundle in it.")] = "ca.crt"
+
+
+class PrometheusBasicAuthValues(ValuesModel):
+    secret_name: Annotated[
+        str, Field(description="Secret (release namespace) with the basic-auth username and password.")
+    ] = ""
+    username_key: Annotated[str, Field(min_length=1)] = "username"
+    password_key: Annotated[str, Field(min_length=1)] = "password"
+
+
+class PrometheusBearerTokenValues(ValuesModel):
+    secret_name: Annotated[str, Field(description="Secret (release namespace) with a bearer token.")] = ""
+    key: Annotated[str, Field(min_length=1)] = "token"
+
+
+class PrometheusValues(ValuesModel):
+    """What the chart mounts for the Prometheus connection; config gets the files' paths."""
+
+    ca: PrometheusCaValues = Field(default_factory=PrometheusCaValues)
+    basic_auth: PrometheusBasicAuthValues = Field(default_factory=PrometheusBasicAuthValues)
+    bearer_token: PrometheusBearerTokenValues = Field(default_factory=PrometheusBearerTokenValues)
+
+
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
@@ -218,6 +245,12 @@ class ChartValues(ValuesModel):
     security_context: Annotated[
         KubeObject, Field(description="The operator container's securityContext.")
     ] = Field(default_factory=dict)
+    prometheus: Annotated[
+        PrometheusValues,
+        Field(
+            description="The Prometheus connection's CA bundle and credentials, mounted from a ConfigMap/Secrets."
+        ),
+    ] = Field(default_factory=PrometheusValues)
     service_account: ServiceAccountValues = Field(default_factory=ServiceAccountValues)
     metrics: MetricsValues = Field(default_factory=MetricsValues)
     grafana: GrafanaValues = Field(default_factory=GrafanaValues)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "llama-operator.dev/")
@@ -13,6 +13,19 @@ NOT_RESERVED_KEYS: dict[str, Any] = {
     "propertyNames": {
         "not": {"pattern": "^(" + "|".join(p.replace(".", "\\.") for p in RESERVED_LABEL_PREFIXES) + ")"}
     }
+}
+
+
+CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+# The same rule in the chart's values schema (JSON Schema patterns have no case-insensitive flag).
+NO_CREDENTIAL_HEADERS: dict[str, Any] = {
+    "propertyNames": {"not": {"pattern": "^(" + "|".join(_any_case(h) for h in CREDENTIAL_HEADERS) + ")$"}}
 }
 
 
@@ -97,6 +110,57 @@ class Settings(BaseModel):
         str,
         Field(description="The Prometheus API (or Thanos, Mimir) the autoscaler reads vLLM's metrics from."),
     ] = "http://prometheus-operated.monitoring.svc:9090"
+    # The connection to a secured Prometheus. Secrets are files (mounted by the chart from Secrets), read
+    # again when they change, so that no password or token is in this configuration, the args or the logs.
+    prometheus_ca_file: Annotated[
+        str | None,
+        Field(
+            description="PEM CA bundle that signed Prometheus's serving certificate (https URLs); default: "
+            "the system's trust store. The chart mounts it from prometheus.ca.",
+            min_length=1,
+        ),
+    ] = None
+    prometheus_insecure_skip_verify: Annotated[
+        bool,
+        Field(
+            description="Skip verifying Prometheus's TLS certificate (an explicit opt-out; not recommended)."
+        ),
+    ] = False
+    prometheus_bearer_token_file: Annotated[
+        str | None,
+        Field(
+            description="File holding a bearer token sent to Prometheus (re-read when it changes, as projected "
+            "service-account tokens rotate), e.g. /var/run/secrets/kubernetes.io/serviceaccount/token. "
+            "The chart mounts one from prometheus.bearerToken.",
+            min_length=1,
+        ),
+    ] = None
+    prometheus_basic_auth_username_file: Annotated[
+        str | None,
+        Field(
+            description="File holding the basic-auth username; the chart mounts it from prometheus.basicAuth.",
+            min_length=1,
+        ),
+    ] = None
+    prometheus_basic_auth_password_file: Annotated[
+        str | None,
+        Field(
+            description="File holding the basic-auth password; the chart mounts it from prometheus.basicAuth.",
+            min_length=1,
+        ),
+    ] = None
+    prometheus_headers: Annotated[
+        dict[str, str],
+        Field(
+            description="Extra HTTP headers on every Prometheus query, e.g. {X-Scope-OrgID: team-a} for a "
+            "multi-tenant Mimir, Cortex or Thanos. Not for credentials (this is no Secret): use the "
+            "bearer-token or basic-auth files.",
+            json_schema_extra=NO_CREDENTIAL_HEADERS,
+        ),
+    ] = Field(default_factory=dict)
+    prometheus_timeout_seconds: Annotated[
+        float, Field(description="Timeout of one Prometheus query (sent to Prometheus too).", gt=0, le=300)
+    ] = 5.0
     service_label: Annotated[str, Field(description="Prometheus label naming the LlamaService.")] = (
         "llamaservice"
     )
@@ -166,3 +230,42 @@ class Settings(BaseModel):
                 "own (its selectors use them); choose another key"
             )
         return labels
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r}: give an http:// or https:// URL of the Prometheus API")
+        return url
+
+    @field_validator("prometheus_headers")
+    @classmethod
+    def _no_credentials_in_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        secret = sorted(k for k in headers if k.lower() in CREDENTIAL_HEADERS)
+        if secret:
+            raise ValueError(
+                f"{', '.join(secret)}: credentials do not belong in the configuration (a ConfigMap); use "
+                "prometheusBearerTokenFile or prometheusBasicAuthUsernameFile/PasswordFile (the chart's "
+                "prometheus.bearerToken or prometheus.basicAuth mount them from a Secret)"
+            )
+        return headers
+
+    @model_validator(mode="after")
+    def _one_prometheus_credential(self) -> Settings:
+        basic = (self.prometheus_basic_auth_username_file, self.prometheus_basic_auth_password_file)
+        if (basic[0] is None) != (basic[1] is None):
+            raise ValueError(
+                "prometheusBasicAuthUsernameFile and prometheusBasicAuthPasswordFile go together: set both "
+                "(the chart's prometheus.basicAuth.secretName does) or neither"
+            )
+        if basic[0] is not None and self.prometheus_bearer_token_file is not None:
+            raise ValueError(
+                "prometheusBearerTokenFile and basic auth both set: Prometheus takes one Authorization "
+                "header; keep one of them"
+            )
+        if self.prometheus_insecure_skip_verify and self.prometheus_ca_file is not None:
+            raise ValueError(
+                "prometheusInsecureSkipVerify with prometheusCaFile: the CA would be ignored; drop "
+                "prometheusInsecureSkipVerify to verify against the CA"
+            )
+        return self

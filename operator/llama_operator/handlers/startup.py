@@ -17,7 +17,7 @@ from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
 from llama_operator.infra.metrics import HEALTH, METRICS
-from llama_operator.infra.prometheus import PrometheusSignals
+from llama_operator.infra.prometheus import PrometheusConnection, PrometheusSignals
 
 PREFIX = "llama-operator.dev"
 TRACEMALLOC_ENV = "LLAMA_OPERATOR_TRACEMALLOC_FILE"  # a path; "{pid}" in it is replaced
@@ -66,7 +66,7 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
         mode == "auto" and memo.kube.has_kind("monitoring.coreos.com/v1", "PodMonitor")
     )
     memo.prometheus = PrometheusSignals(
-        memo.settings.prometheus_url,
+        PrometheusConnection.from_settings(memo.settings),
         SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
     )
     logger.info("settings: %s; PodMonitor: %s", memo.settings.model_dump(), memo.pod_monitor)
