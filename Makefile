@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench scale-bench sim-vs-vllm
+.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family frontier scale-bench sim-vs-vllm
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -71,6 +71,16 @@ demo-down:
 
 bench: setup
 	$(VENV)/bin/llama-operator bench --out bench-out
+
+# Robustness: every policy on every trace of the development family (generated traces and the bundled
+# ones), the targets per trace and their worst case and median (docs/bench/family). ~3 min.
+bench-family: setup
+	nice -n 10 $(VENV)/bin/llama-operator bench --family dev --out docs/bench/family
+
+# The cost-attainment frontier: each policy's main knob swept on every trace of the family
+# (docs/bench/family/frontier.md and .png). A benchmark, not a CI step. ~5 min.
+frontier: setup
+	nice -n 10 $(VENV)/bin/llama-operator bench --frontier --family dev --out docs/bench/family
 
 # N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per
 # service, delete/GC time. A benchmark (figures, no assertions), not a CI step.

@@ -12,6 +12,7 @@ from llama_operator.sim.accelerators import ACCELERATORS, MODELS
 from llama_operator.sim.profile import load_profile
 from llama_operator.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
 from llama_operator.sim.trace import BUNDLED_TRACES, load_trace
+from llama_operator.sim.tracegen import FAMILIES
 
 JSON_KEYS = (
     "requests_within_slo",
@@ -127,6 +128,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)"
     )
     bench.add_argument("--traces", nargs="+", default=list(BUNDLED_TRACES), choices=list(BUNDLED_TRACES))
+    bench.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default=None,
+        help="run on a trace family instead (generated traces and the bundled ones): the robustness "
+        "targets per trace and their distribution (worst, median)",
+    )
+    bench.add_argument("--only", nargs="+", default=[], help="with --family: only these of its traces")
+    bench.add_argument(
+        "--minutes", type=float, default=None, help="with --family: the first N minutes of each trace"
+    )
+    bench.add_argument(
+        "--frontier",
+        action="store_true",
+        help="sweep every policy's main knob over the family (default dev): GPU-hours against windows "
+        "within SLO per trace, frontier.md and frontier.png",
+    )
     _scenario_arguments(bench)
     bench.set_defaults(func=run_bench_command)
 
@@ -176,6 +194,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.family is not None or args.frontier:
+        from llama_operator.sim.family import run_family_command  # noqa: PLC0415 - pulls in plotting
+
+        try:
+            code = run_family_command(args, _scenario(args), progress)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
+        return code
     try:
         rows, verdict_lines, figures = run_bench(_scenario(args), args.out, progress, args.traces)
     except ValueError as error:
