@@ -68,7 +68,9 @@ def test_never_over_memory(arch: dict[str, Any], accelerator: dict[str, Any], en
     )
     device_memory = p.memory_bytes // tp
     # Without CUDA graphs (--enforce-eager) their pool is not reserved.
-    used = p.weight_bytes + runtime_overhead_bytes(p.weight_bytes, tensor_parallel=tp, cuda_graphs=not p.enforce_eager)
+    used = p.weight_bytes + runtime_overhead_bytes(
+        p.weight_bytes, tensor_parallel=tp, cuda_graphs=not p.enforce_eager
+    )
     used += p.kv_cache_tokens * kv_per_token_per_device
     assert used <= device_memory * p.gpu_memory_utilization
     # Engine settings vLLM accepts and that the KV cache backs.

@@ -13,7 +13,9 @@ _NAME = re.compile(r"(?<![\w:])(llama_operator_[a-z0-9_]+|vllm:[a-z0-9_:]+)")
 
 def expressions() -> list[str]:
     """Every PromQL expression of the dashboard and of the rules (with the default values)."""
-    rule_exprs = [rule["expr"] for group in rules.rule_groups(rules.default_params()) for rule in group["rules"]]
+    rule_exprs = [
+        rule["expr"] for group in rules.rule_groups(rules.default_params()) for rule in group["rules"]
+    ]
     return [*dashboard.expressions(), *rule_exprs]
 
 
