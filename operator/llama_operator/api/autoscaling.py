@@ -89,7 +89,8 @@ class AutoscalerState(WireModel):
     chunk_tokens: Annotated[
         int | None,
         Field(
-            description="The plan's step budget (--max-num-batched-tokens): the prompt chunk a step may carry.",
+            description="The prompt chunk a step carries beside a full batch: the plan's step budget "
+            "(--max-num-batched-tokens) less maxNumSeqs.",
             ge=1,
         ),
     ] = None

@@ -37,11 +37,13 @@ def autoscaler_state(
         )
     # The plan's step model (decode capacity within the TPOT objective) follows the plan: a new plan
     # (another accelerator, another chunk) replaces it, nothing is learned into it.
+    budget, seqs = int(plan.get("maxNumBatchedTokens") or 0), int(plan.get("maxNumSeqs") or 0)
     steps = {
         "decode_step_seconds": float(plan.get("decodeStepSeconds") or 0.0) or None,
         "decode_seconds_per_context_token": float(plan.get("decodeSecondsPerContextToken") or 0.0) or None,
         "prefill_seconds_per_token": float(plan.get("prefillSecondsPerToken") or 0.0) or None,
-        "chunk_tokens": int(plan.get("maxNumBatchedTokens") or 0) or None,
+        # vLLM's step budget counts the batch's decode tokens: beside a full batch, the chunk is the rest.
+        "chunk_tokens": max(budget - seqs, 1) if budget else None,
     }
     if any(getattr(state, key) != value for key, value in steps.items()):
         state = state.model_copy(update=steps)

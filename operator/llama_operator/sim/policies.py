@@ -42,7 +42,9 @@ class SloPolicy:
             decode_step_seconds=plan.decode_step_seconds or None if plan else None,
             decode_seconds_per_context_token=plan.decode_seconds_per_context_token or None if plan else None,
             prefill_seconds_per_token=plan.prefill_seconds_per_token or None if plan else None,
-            chunk_tokens=plan.max_num_batched_tokens or None if plan else None,
+            chunk_tokens=max(plan.max_num_batched_tokens - plan.max_num_seqs, 1)
+            if plan and plan.max_num_batched_tokens
+            else None,
         )
 
     def initial_replicas(self) -> int:
