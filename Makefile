@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family frontier scale-bench sim-vs-vllm
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family frontier scale-bench sim-vs-vllm
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -29,6 +29,16 @@ crd: setup
 	$(PY) -c "from llama_operator.api.crd import *; open(CHART_CRD_FILE, 'w').write(render_chart_crd_template())"
 	$(PY) -c "from llama_operator.api.chart_values import *; open(VALUES_SCHEMA_FILE, 'w').write(render_values_schema())"
 	$(PY) -c "import yaml; from llama_operator.api.chart_values import *; d = open(VALUES_REFERENCE_DOC).read(); open(VALUES_REFERENCE_DOC, 'w').write(with_values_reference(d, yaml.safe_load(open('charts/llama-operator/values.yaml'))))"
+
+# The operator image's lockfiles: exact versions with hashes of the runtime dependencies (and of the wheel
+# build's backend), for the image's Python 3.11 on Linux. Versions already locked are kept unless
+# pyproject.toml's ranges exclude them; `make image-lock UPGRADE=--upgrade` takes the newest.
+IMAGE_LOCK_FLAGS = --generate-hashes --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
+	--custom-compile-command "make image-lock" --quiet $(UPGRADE)
+image-lock: setup
+	$(VENV)/bin/uv pip compile pyproject.toml $(IMAGE_LOCK_FLAGS) -o images/operator/requirements.lock
+	$(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+	  | $(VENV)/bin/uv pip compile - $(IMAGE_LOCK_FLAGS) -o images/operator/build-requirements.lock
 
 # The Grafana dashboard and the PrometheusRule template, from the operator's metric names (CI fails when
 # the committed files drift).
