@@ -15,7 +15,15 @@ import pytest
 import yaml
 
 from llama_operator.api.crd import CRD_FILE
-from llama_operator.cli import EXIT_INTERNAL_ERROR, build_parser, cmd_plan, dump_yaml, main, run_command
+from llama_operator.cli import (
+    EXIT_INTERNAL_ERROR,
+    build_parser,
+    cmd_plan,
+    dump_yaml,
+    kopf_run_args,
+    main,
+    run_command,
+)
 
 PLAN_KEYS = {
     "accelerator",
@@ -388,3 +396,37 @@ def test_shared_objects_are_written_out_each_time() -> None:
     labels = {"app": "chat"}
     text = dump_yaml([{"metadata": {"labels": labels}, "selector": labels}])
     assert text == "---\nmetadata:\n  labels:\n    app: chat\nselector:\n  app: chat\n"
+
+
+def test_run_help_lists_kopfs_own_options(repo: Path) -> None:
+    from kopf.cli import run as kopf_run  # noqa: PLC0415 - kopf's click command, the source of truth
+
+    done = cli("run", "--help", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert "options of `kopf run`" in done.stdout
+    for param in kopf_run.params:
+        if param.name in ("modules", "paths"):  # llama-operator sets the module itself
+            assert "--module" not in done.stdout
+            continue
+        for option in param.opts:
+            assert option in done.stdout, f"`run --help` does not list kopf's {option}"
+    assert "--log-format [plain|full|json]" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("passed", "namespaces", "clusterwide"),
+    [([], (), True), (["--namespace=team-a", "-n", "team-b"], ("team-a", "team-b"), False)],
+)
+def test_run_hands_kopf_a_command_line_it_parses(
+    passed: list[str], namespaces: tuple[str, ...], clusterwide: bool
+) -> None:
+    from kopf.cli import run as kopf_run  # noqa: PLC0415 - kopf's own click command parses it
+
+    args = kopf_run_args(["--standalone", "--log-format=json", *passed])
+    assert args[0] == "run"
+    context = kopf_run.make_context("kopf run", args[1:])
+    assert context.params["log_format"].name == "JSON"
+    assert context.params["standalone"] is True
+    assert context.params["modules"] == ("llama_operator.handlers",)
+    assert context.params["namespaces"] == namespaces
+    assert context.params["clusterwide"] is clusterwide

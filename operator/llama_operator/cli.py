@@ -343,12 +343,66 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kopf.cli import main as kopf_main  # noqa: PLC0415 - only `run` pays for importing kopf
 
     start_probe_servers()
-    kopf_args = ["run", "--module", "llama_operator.handlers", *args.kopf_args]
-    scoped = ("-A", "--all-namespaces", "-n", "--namespace")
-    if not any(a == s or a.startswith(f"{s}=") for a in args.kopf_args for s in scoped):
-        kopf_args.append("--all-namespaces")
-    kopf_main.main(args=kopf_args, prog_name="llama-operator", standalone_mode=True)
+    kopf_main.main(args=kopf_run_args(args.kopf_args), prog_name="llama-operator", standalone_mode=True)
     return 0
+
+
+def kopf_run_args(passed: Sequence[str]) -> list[str]:
+    """kopf's command line for `llama-operator run PASSED...`: our handlers, every namespace unless
+    PASSED names some."""
+    kopf_args = ["run", "--module", "llama_operator.handlers", *passed]
+    scoped = ("-A", "--all-namespaces", "-n", "--namespace")
+    if not any(a == s or a.startswith(f"{s}=") for a in passed for s in scoped):
+        kopf_args.append("--all-namespaces")
+    return kopf_args
+
+
+# `kopf run` options that llama-operator sets itself (the handlers' module) and so does not list.
+KOPF_OPTIONS_SET_BY_US = ("modules", "paths")
+
+
+def kopf_run_options_help() -> str:
+    """`kopf run`'s own options, from its click command, as click's help prints them."""
+    import click  # noqa: PLC0415 - kopf's CLI library, imported with kopf only for `run`
+    from kopf.cli import run as kopf_run  # noqa: PLC0415
+
+    context = click.Context(kopf_run, info_name="kopf run")
+    records = [
+        record
+        for param in kopf_run.params
+        if param.name not in KOPF_OPTIONS_SET_BY_US and (record := param.get_help_record(context))
+    ]
+    formatter = click.HelpFormatter()
+    with formatter.section(f"options of `kopf run` (kopf {_distribution_version('kopf')}), passed through"):
+        formatter.write_dl(records)
+    return formatter.getvalue()
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return package_metadata.version(name)
+    except package_metadata.PackageNotFoundError:
+        return "?"
+
+
+class _RunHelpAction(argparse.Action):
+    """`run --help`: our options, then kopf's (imported only when asked: kopf is slow to import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        parser.print_help()
+        sys.stdout.write("\n" + kopf_run_options_help())
+        parser.exit()
 
 
 FILE_HELP = (
@@ -375,9 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="run the operator (extra options go to `kopf run`)",
-        description="Run the operator. Every other option goes to `kopf run`: --standalone, --verbose, "
-        "--namespace=NS (repeatable) or --all-namespaces (the default), --liveness=URL.",
+        description="Run the operator. Every other option goes to `kopf run` (listed below): e.g. "
+        "--standalone, --namespace=NS (repeatable) or --all-namespaces (the default), --log-format=json.",
+        add_help=False,
     )
+    run.add_argument("-h", "--help", action=_RunHelpAction, help="show this help message and exit")
     run.set_defaults(func=cmd_run)
 
     crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")

@@ -180,13 +180,17 @@ class PrometheusBasicAuthValues(ValuesModel):
     secret_name: Annotated[
         str, Field(description="Secret (release namespace) with the basic-auth username and password.")
     ] = ""
-    username_key: Annotated[str, Field(min_length=1)] = "username"
-    password_key: Annotated[str, Field(min_length=1)] = "password"
+    username_key: Annotated[str, Field(min_length=1, description="Key of the username in the Secret.")] = (
+        "username"
+    )
+    password_key: Annotated[str, Field(min_length=1, description="Key of the password in the Secret.")] = (
+        "password"
+    )
 
 
 class PrometheusBearerTokenValues(ValuesModel):
     secret_name: Annotated[str, Field(description="Secret (release namespace) with a bearer token.")] = ""
-    key: Annotated[str, Field(min_length=1)] = "token"
+    key: Annotated[str, Field(min_length=1, description="Key of the token in the Secret.")] = "token"
 
 
 class PrometheusValues(ValuesModel):
@@ -217,6 +221,12 @@ class ChartValues(ValuesModel):
             "Empty watches every namespace."
         ),
     ] = Field(default_factory=list)
+    log_format: Annotated[
+        Literal["plain", "full", "json"],
+        Field(
+            description="The operator's log lines: json (one object a line), full or plain (kopf's --log-format)."
+        ),
+    ] = "full"
     config: Annotated[Settings, Field(description="The operator's configuration (its Settings).")] = Field(
         default_factory=Settings
     )
