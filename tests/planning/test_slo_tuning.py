@@ -11,7 +11,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.catalog.performance import StepModel
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
-from llama_operator.planning.planner import MIN_CHUNK_TOKENS, TTFT_CHUNK_SHARE
+from llama_operator.planning.planner import MIN_CHUNK_TOKENS, MIN_TPOT_CHUNK_TOKENS, TTFT_CHUNK_SHARE
 from tests.planning.builders import LLAMA_1B
 
 LLAMA_3B = "meta-llama/Llama-3.2-3B-Instruct"
@@ -80,7 +80,7 @@ def test_a_tpot_objective_caps_max_num_seqs_where_a_step_would_break_it() -> Non
     assert "TPOT objective 0.05s" in note(capped, "maxNumSeqs")
     # Every step with a chunk is an inter-token interval: the chunk shrinks, and the note says what that
     # costs (the longest prompt that still prefills within TTFT).
-    assert MIN_CHUNK_TOKENS <= chunk < free.max_num_batched_tokens - free.max_num_seqs
+    assert MIN_TPOT_CHUNK_TOKENS <= chunk < free.max_num_batched_tokens - free.max_num_seqs
     assert "prompts above" in note(capped, "maxNumBatchedTokens")
     # A looser objective allows a bigger batch.
     assert plan(T4, {"ttftSeconds": 1.0, "tpotSeconds": 0.1}).max_num_seqs > capped.max_num_seqs
@@ -109,7 +109,10 @@ def test_an_slo_services_context_leaves_room_for_concurrency() -> None:
     assert "16 sequences" in note(p, f"maxModelLen {p.max_model_len}")
     # With a TPOT objective, room for its batch.
     t = plan(SLICE_1G10, {"ttftSeconds": 1.0, "tpotSeconds": 0.05})
-    assert t.kv_cache_tokens // t.max_model_len >= t.max_num_seqs
+    assert t.max_model_len == 4096  # room for 39 of the batch's 48 at the shortest context served, and said
+    assert "fewer than the 48" in note(t, "maxModelLen 4096")
+    roomy = plan(T4, {"ttftSeconds": 1.0, "tpotSeconds": 0.05})
+    assert roomy.kv_cache_tokens // roomy.max_model_len >= roomy.max_num_seqs
     # A slow slice gets a smaller chunk than 256 rather than no TPOT at all.
     assert t.max_num_batched_tokens - t.max_num_seqs < MIN_CHUNK_TOKENS
     assert steps(t).step_seconds(t.max_num_seqs, 2048, t.max_num_batched_tokens - t.max_num_seqs) <= 0.05

@@ -97,7 +97,7 @@ TPOT_CHUNK_SHARE = 0.5
 # - chunks below this many tokens spend more time reading the weights than computing the prompt;
 #   above MAX_CHUNK_TOKENS a step stops getting more efficient (vLLM's own default is 2048 to 8192);
 MIN_CHUNK_TOKENS = 256
-# ... except where only a smaller one keeps a step within the TPOT objective (a slow slice).
+# ... but a TPOT objective may leave room for less: below this, prompts prefill too slowly to matter.
 MIN_TPOT_CHUNK_TOKENS = 64
 # vLLM 0.32's step budget when none is given (online serving on a GPU below 70 GiB).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -451,11 +451,18 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
         if request.slo is not None and slo_len < max_model_len:
             max_model_len = max(slo_len, min(required, max_model_len))
             why = "the TPOT objective's batch" if tuning is not None and tuning.batch else "an SLO service"
-            notes.append(
-                f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} sequences "
-                f"of that length at once ({why}), not one of the model's {shape.max_context}; set "
-                "engine.maxModelLen for longer contexts"
-            )
+            if slo_len >= max_model_len:
+                notes.append(
+                    f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} "
+                    f"sequences of that length at once ({why}), not one of the model's {shape.max_context}; "
+                    "set engine.maxModelLen for longer contexts"
+                )
+            else:
+                notes.append(
+                    f"maxModelLen {max_model_len}: the shortest context the operator serves; its KV cache "
+                    f"({kv_tokens} tokens) holds {kv_tokens // max_model_len} sequences that long, fewer than "
+                    f"the {concurrency} {why} wants (shorter ones share it)"
+                )
         else:
             capped = (
                 "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
@@ -566,10 +573,11 @@ def _tpot_tuning(
             f"the weights alone takes {steps.weight_read_seconds * 1000:.1f} ms); raise tpotSeconds or use a "
             "faster accelerator"
         )
-    by_share = math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
-    # At least MIN_CHUNK_TOKENS where a step of one sequence and such a chunk fits, else what does.
-    floor = max(MIN_TPOT_CHUNK_TOKENS, min(MIN_CHUNK_TOKENS, steps.chunk_within(tpot, 1, context)))
-    chunk = max(floor, by_share)
+    # The chunk and the batch share what the objective leaves: a bigger chunk prefills faster (fewer
+    # weight reads per prompt token) but leaves room for fewer decoding sequences.
+    chunk = max(
+        MIN_TPOT_CHUNK_TOKENS, math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
+    )
     chunk = min(chunk - chunk % KV_BLOCK_TOKENS, MAX_CHUNK_TOKENS)
     batch = steps.tpot_batch(tpot, chunk, context)
     if batch < 1:
