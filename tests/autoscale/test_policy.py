@@ -109,7 +109,7 @@ def test_scale_down_waits_for_the_stabilization_window_and_is_bounded() -> None:
     assert first_down_time >= 300
     assert first_down_to >= high // 2  # at most halving in one step
     assert all(
-        later - earlier >= DEFAULT_TUNING.scale_down_interval
+        later - earlier >= SPEC.scale_down_interval_seconds
         for (earlier, _), (later, _) in itertools.pairwise(downs)
     )
     assert timeline[-1][1] == SPEC.min_replicas

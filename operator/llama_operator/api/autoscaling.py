@@ -3,17 +3,46 @@ state (kept here, in the CR, so an operator restart loses nothing)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from llama_operator.api.base import WireModel
+
+
+def unix_time(value: object) -> object:
+    """Unix seconds from an RFC 3339 string, as status now holds times; a number (as status held them
+    before) passes as it is, so an upgrade reads what the previous version wrote."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not an RFC 3339 time (e.g. 2026-01-02T03:04:05.000006Z)"
+            ) from None
+    return value
+
+
+def unix_to_rfc3339(seconds: float) -> str:
+    """Unix seconds as Kubernetes' MicroTime writes them: UTC, microseconds, Z (a round trip through
+    unix_time gives the same string: the policy's arithmetic keeps its precision)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# A time the pure policy does arithmetic on (unix seconds, a float) and status shows as RFC 3339.
+Time = Annotated[
+    float,
+    BeforeValidator(unix_time),
+    PlainSerializer(unix_to_rfc3339, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 
 class Recommendation(WireModel):
     """One past replica recommendation, kept for the scale-down stabilization window."""
 
-    time: Annotated[float, Field(description="Unix time of the recommendation.")]
+    time: Annotated[Time, Field(description="When it was recommended.")]
     replicas: Annotated[int, Field(description="Replicas recommended then.")]
 
 
@@ -32,23 +61,26 @@ class AutoscalerState(WireModel):
     recommendations: Annotated[
         list[Recommendation], Field(description="Recent recommendations (stabilization window).")
     ] = Field(default_factory=list)
-    last_scale_time: Annotated[float | None, Field(description="Unix time of the last change.")] = None
-    last_scale_up_time: Annotated[float | None, Field(description="Unix time of the last scale-up.")] = None
+    last_scale_time: Annotated[Time | None, Field(description="When replicas last changed.")] = None
+    last_scale_up_time: Annotated[Time | None, Field(description="When replicas were last added.")] = None
     last_scale_down_time: Annotated[
-        float | None, Field(description="Unix time of the last scale-down (bounds the scale-down rate).")
-    ] = None
-    no_data_since: Annotated[float | None, Field(description="Unix time signals went missing.")] = None
-    last_starting_time: Annotated[
-        float | None,
+        Time | None,
         Field(
-            description="Unix time of the last evaluation that saw replicas starting: a queue seen within "
+            description="When replicas were last removed (spec.autoscaling.scaleDownIntervalSeconds apart)."
+        ),
+    ] = None
+    no_data_since: Annotated[Time | None, Field(description="When signals went missing.")] = None
+    last_starting_time: Annotated[
+        Time | None,
+        Field(
+            description="Time of the last evaluation that saw replicas starting: a queue seen within "
             "one signal window after that is the new replicas' to drain, not a reason for more."
         ),
     ] = None
     slo_breach_since: Annotated[
-        float | None,
+        Time | None,
         Field(
-            description="Unix time since which every evaluation has seen the TTFT percentile above the SLO "
+            description="Time since which every evaluation has seen the TTFT percentile above the SLO "
             "with no replica starting (a persistent breach)."
         ),
     ] = None
@@ -95,7 +127,7 @@ class AutoscalerState(WireModel):
         ),
     ] = None
     capacity_corrected_time: Annotated[
-        float | None, Field(description="Unix time the capacity estimate was last lowered.")
+        Time | None, Field(description="When the capacity estimate was last lowered.")
     ] = None
 
 
@@ -111,6 +143,20 @@ class AutoscalingStatus(WireModel):
         Field(
             description="TPOT (inter-token latency) at the SLO percentile over the last window, in seconds."
         ),
+    ] = None
+    ttft: Annotated[
+        str | None,
+        Field(
+            description="observedTtftSeconds for people, with its unit (440ms, 1.25s): kubectl's TTFT column."
+        ),
+    ] = None
+    tpot: Annotated[
+        str | None,
+        Field(description="observedTpotSeconds for people, with its unit (61ms): the TPOT column."),
+    ] = None
+    slo: Annotated[
+        str | None,
+        Field(description="The objective as written in spec (p95 TTFT <= 1s, TPOT <= 50ms): the SLO column."),
     ] = None
     observed_queue_depth: Annotated[float | None, Field(description="Requests waiting, all replicas.")] = None
     observed_queue_per_replica: Annotated[

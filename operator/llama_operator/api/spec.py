@@ -344,6 +344,15 @@ class AutoscalingSpec(WireModel):
             le=3600,
         ),
     ] = 300
+    scale_down_interval_seconds: Annotated[
+        int,
+        Field(
+            description="Least time between two scale-downs: replicas come off in steps (each removing at "
+            "most half of them), and the SLO is watched under the smaller fleet before the next step.",
+            ge=0,
+            le=3600,
+        ),
+    ] = 300
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:

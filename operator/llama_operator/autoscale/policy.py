@@ -13,7 +13,7 @@ count as capacity, and a queue that builds while they load is not counted again 
 
 Scale-down takes the highest need of the stabilization window (HPA-style, each need computed with
 the SLO headroom at the load then observed, so the survivors still meet the SLO), stretched when the
-load has come in bursts; at most one step per `scale_down_interval`, at most halving. No data:
+load has come in bursts; at most one step per spec.scaleDownIntervalSeconds, at most halving. No data:
 hold, never scale down blind. Idle: the need is minReplicas, reached through the same window.
 
 A breach the model cannot explain (TTFT above the SLO for two whole signal windows, nothing starting,
@@ -50,12 +50,15 @@ class PolicyTuning:
     kv_usage_target: float = 0.85  # KV cache usage per replica above which replicas are added
     capacity_correction: float = 0.9  # factor applied to the capacity estimate when the model is found wrong
     capacity_band: tuple[float, float] = (0.6, 1.5)  # learned capacity stays within this band of the prior
-    scale_down_interval: float = 300.0  # seconds between two scale-downs
     max_scale_down_fraction: float = 0.5  # at most this share of replicas removed in one step
     burst_window_factor: float = 3.0  # stabilization stretch when the load comes in bursts
     burst_memory_factor: float = 6.0  # bursts within this many windows make the load bursty
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
     burst_count: int = 1  # this many bursts within the burst memory make the load bursty
+    # The request at the percentile prompt length must wait at most this share of the SLO less its own
+    # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only.
+    prompt_tail_headroom: float | None = 1.0
+    peak_memory_factor: float = 3.0  # a scale-up goes to the highest need of this many stabilization windows
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -147,21 +150,34 @@ def decide(
     elif recommended > current:
         desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
+        memory = spec.scale_down_stabilization_seconds * tuning.peak_memory_factor
+        peak = _highest_since(history, now - memory)
+        if peak > desired:
+            # The load is rising again to where it recently was: go straight to that peak rather than
+            # step up a replica at a time (each step a change, each a cold start behind the load).
+            desired = min(peak, high)
+            reason += f"; to {desired}, the highest need of the last {memory:.0f}s"
     elif recommended < current:
         floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
         if slo_met is False:
             # Whatever the model says, fewer replicas cannot mend a TTFT already above the SLO.
             reason = f"holding {current}: {need.why}, but TTFT is above the SLO"
         elif stabilized >= current:
-            reason = f"holding {current}: {need.why}, but {stabilized} were needed in the last {window:.0f}s"
-        elif last_down is not None and now - last_down < tuning.scale_down_interval:
             reason = (
-                f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago "
-                f"(< {tuning.scale_down_interval:.0f}s)"
+                f"holding {current}: {need.why}, but {stabilized} were needed in the last "
+                f"{_window_words(window, spec)}"
+            )
+        elif last_down is not None and now - last_down < spec.scale_down_interval_seconds:
+            reason = (
+                f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago, "
+                f"scaleDownIntervalSeconds is {spec.scale_down_interval_seconds}s"
             )
         else:
             desired = max(stabilized, floor, low)
-            reason = f"scale down {current} -> {desired}: {need.why}; highest need in the last {window:.0f}s"
+            reason = (
+                f"scale down {current} -> {desired}: {need.why}; highest need in the last "
+                f"{_window_words(window, spec)}"
+            )
     else:
         reason = f"steady at {current}: {need.why}"
 
@@ -215,6 +231,25 @@ def _highest_since(history: list[Recommendation], since: float) -> int:
     if before:
         in_force.append(before[-1].replicas)
     return max(in_force)
+
+
+def _headroom_words(spec: AutoscalingSpec, tuning: PolicyTuning) -> str:
+    """What the replicas are sized for, against the SLO the user wrote: 'sizing for 0.50s (50% headroom
+    under your 1s p95 TTFT SLO)'. The headroom is the policy's, not the user's objective."""
+    slo = spec.slo
+    return (
+        f"sizing for {slo.ttft_seconds * tuning.slo_headroom:.2f}s ({1 - tuning.slo_headroom:.0%} headroom "
+        f"under your {slo.ttft_seconds:g}s p{slo.percentile:g} TTFT SLO)"
+    )
+
+
+def _window_words(window: float, spec: AutoscalingSpec) -> str:
+    """The stabilization window, named by the knob that sets it: '60s (scaleDownStabilizationSeconds)',
+    or '180s (3 x scaleDownStabilizationSeconds: the load came in bursts)'."""
+    base = spec.scale_down_stabilization_seconds
+    if base > 0 and window != base:
+        return f"{window:.0f}s ({window / base:g} x scaleDownStabilizationSeconds: the load came in bursts)"
+    return f"{window:.0f}s (scaleDownStabilizationSeconds)"
 
 
 def _stabilization_window(
@@ -378,6 +413,11 @@ def _replicas_by_queueing(
     slo = spec.slo
     service = signals.prompt_token_rate / signals.request_rate / capacity
     wait_budget = max(slo.ttft_seconds * tuning.slo_headroom - service, 0.0)
+    long_prompt = signals.prompt_tokens_percentile
+    if long_prompt is not None and tuning.prompt_tail_headroom is not None:
+        # A long prompt's own prefill is part of its TTFT: the request at the percentile prompt length
+        # must not wait longer than what its prefill leaves of the SLO.
+        wait_budget = min(wait_budget, max(slo.ttft_seconds * tuning.prompt_tail_headroom - long_prompt / capacity, 0.0))
     tail = 1.0 - slo.percentile / 100.0
     limit = max(spec.max_replicas * 4, 16)
     by_queueing = replicas_for_wait(signals.request_rate, service, wait_budget, tail, limit)
@@ -407,8 +447,8 @@ def _needed_replicas(
             _Need(
                 replicas,
                 f"{signals.request_rate:.2f} req/s of {signals.prompt_token_rate / signals.request_rate:.0f} "
-                f"prompt tokens at ~{capacity:.0f} tok/s per replica need {replicas} for "
-                f"p{slo.percentile:g} TTFT <= {slo.ttft_seconds * tuning.slo_headroom:.2f}s",
+                f"prompt tokens at ~{capacity:.0f} tok/s per replica need {replicas}, "
+                f"{_headroom_words(spec, tuning)}",
             )
         )
         if not absorbing and signals.queue_waiting_total > 0:

@@ -155,6 +155,7 @@ def autoscale_cycle(
             seen,
             slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
             slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
+            slo_percentile=spec.autoscaling.slo.percentile,
             prometheus_error=error,
             generation=body["metadata"].get("generation"),
             now=wall,

@@ -64,6 +64,7 @@ def autoscale_outcome(
     *,
     slo_ttft_seconds: float,
     slo_tpot_seconds: float | None = None,
+    slo_percentile: float = 95.0,
     prometheus_error: str | None,
     generation: int | None,
     now: datetime,
@@ -168,12 +169,17 @@ def autoscale_outcome(
         "desiredReplicas": decision.desired_replicas,
         "observedTtftSeconds": None if decision.no_data else ttft,
         "observedTpotSeconds": None if decision.no_data else tpot,
+        "ttft": None if decision.no_data or ttft is None else human_seconds(ttft),
+        "tpot": None if decision.no_data or tpot is None else human_seconds(tpot),
+        "slo": slo_words(slo_percentile, slo_ttft_seconds, slo_tpot_seconds),
         "observedQueueDepth": None if decision.no_data else signals.queue_waiting_total,
         "observedQueuePerReplica": None if decision.no_data else per_replica,
         "observedRequestRate": None if decision.no_data else signals.request_rate,
         "lastReason": decision.reason,
         "lastEvaluationTime": rfc3339(now),
-        "state": decision.state.to_wire(),
+        # Every field, unset ones as null: a merge patch then removes what the policy cleared (and any
+        # Unix-seconds time an older version wrote), so status holds exactly the policy's state.
+        "state": decision.state.model_dump(by_alias=True, mode="json"),
     }
     if last is not None:
         autoscaling["lastDecision"] = last
@@ -182,6 +188,22 @@ def autoscale_outcome(
         status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions]},
         events=events,
     )
+
+
+def human_seconds(seconds: float) -> str:
+    """A latency for people, three significant digits with its unit: 440ms, 61.4ms, 1.25s, 12s."""
+    if seconds < 0.9995:
+        return f"{float(f'{seconds * 1000:.3g}'):g}ms"
+    if seconds < 999.5:
+        return f"{float(f'{seconds:.3g}'):g}s"
+    return f"{seconds:.0f}s"
+
+
+def slo_words(percentile: float, ttft_seconds: float, tpot_seconds: float | None) -> str:
+    """The objective as the user wrote it in spec: 'p95 TTFT <= 1s, TPOT <= 50ms' (never the policy's
+    internal headroom)."""
+    words = f"p{percentile:g} TTFT <= {human_seconds(ttft_seconds)}"
+    return words if tpot_seconds is None else f"{words}, TPOT <= {human_seconds(tpot_seconds)}"
 
 
 def _slo_message(ttft: float | None, ttft_slo: float, tpot: float | None, tpot_slo: float | None) -> str:
@@ -206,6 +228,8 @@ _OBSERVATIONS = frozenset(
     {
         "observedTtftSeconds",
         "observedTpotSeconds",
+        "ttft",
+        "tpot",
         "observedQueueDepth",
         "observedQueuePerReplica",
         "observedRequestRate",
@@ -218,7 +242,7 @@ _OBSERVATIONS = frozenset(
 def _decisions(status: Mapping[str, Any] | None) -> Any:
     status = status or {}
     autoscaling = dict(status.get("autoscaling") or {})
-    state = dict(autoscaling.get("state") or {})
+    state = {k: v for k, v in (autoscaling.get("state") or {}).items() if v is not None}  # null: unset
     state.pop("recommendations", None)
     core = {k: v for k, v in autoscaling.items() if k not in _OBSERVATIONS and k != "state"}
     conditions = sorted(
