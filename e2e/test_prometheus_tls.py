@@ -173,7 +173,10 @@ def test_without_the_ca_verification_fails_naming_the_setting(secured_prometheus
     with pytest.raises(PrometheusUnreachableError) as failed:
         prometheus.query("vector(1)")
     message = str(failed.value)
-    assert f"TLS with {secured_prometheus.url} failed: certificate verify failed" in message
+    assert (
+        f"TLS with {secured_prometheus.url} failed: certificate verify failed: unable to get local issuer"
+        in message
+    )
     assert "set prometheusCaFile to the CA bundle" in message and "prometheus.ca" in message
 
 
