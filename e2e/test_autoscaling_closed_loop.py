@@ -16,8 +16,8 @@ cold start). The story, in one test because each step starts from the state the 
 4. Prometheus is restarted -> ScalingActive=True, MetricsRestored, and the due scale-down happens;
 5. load steps up again -> replicas rise again.
 
-The policy's default scale_down_interval (300 s between two scale-downs) allows one scale-down in a
-test of a few minutes; steps 2-4 are built around that single one.
+spec.autoscaling.scaleDownIntervalSeconds (default 300 s between two scale-downs) allows one scale-down
+in a test of a few minutes; steps 2-4 are built around that single one.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from fleet import FleetProcess, Kube, Prometheus
+from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.autoscale.policy import DEFAULT_TUNING
 from llama_operator.fleetsim.load import LoadSpec
 from support import Cluster, OperatorProcess, eventually
@@ -272,12 +273,9 @@ def test_replicas_follow_the_load_and_hold_without_metrics(
     while time.monotonic() - down < HOLD:
         assert replicas()[0] == MAX_REPLICAS, f"scaled down within the stabilization window{context()}"
         time.sleep(1.0)
-    state = kube.autoscaling(namespace, NAME)["state"]
-    lower = [
-        r["time"]
-        for r in state["recommendations"]
-        if r["time"] >= down_epoch and r["replicas"] < MAX_REPLICAS
-    ]
+    # Status shows the times as RFC 3339; the model reads them back as Unix seconds.
+    state = AutoscalerState.model_validate(kube.autoscaling(namespace, NAME)["state"])
+    lower = [r.time for r in state.recommendations if r.time >= down_epoch and r.replicas < MAX_REPLICAS]
     assert lower, f"the policy never recommended fewer replicas after the step down{context()}"
     due = lower[0] + HOLD  # the window is measured from the first lower recommendation
     timeline.note(f"held {HOLD:.0f}s; a scale-down is due {due - time.time():.1f}s from now")
