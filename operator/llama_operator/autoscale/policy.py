@@ -29,7 +29,6 @@ TTFT- and the TPOT-driven ones, and a TPOT above its objective counts as a breac
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -49,16 +48,18 @@ class PolicyTuning:
     backlog_drain_seconds: float = 20.0  # a queue found waiting should be gone within this
     kv_usage_target: float = 0.85  # KV cache usage per replica above which replicas are added
     capacity_correction: float = 0.9  # factor applied to the capacity estimate when the model is found wrong
-    capacity_band: tuple[float, float] = (0.6, 1.5)  # learned capacity stays within this band of the prior
+    # Learned capacity stays within this band of the prior. Its floor is low enough for the effective
+    # prefill rate of replicas whose steps also read long decode contexts (long prompts and outputs).
+    capacity_band: tuple[float, float] = (0.4, 1.5)
     max_scale_down_fraction: float = 0.5  # at most this share of replicas removed in one step
     burst_window_factor: float = 3.0  # stabilization stretch when the load comes in bursts
     burst_memory_factor: float = 6.0  # bursts within this many windows make the load bursty
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
     burst_count: int = 1  # this many bursts within the burst memory make the load bursty
+    burst_rise_seconds: float = 60.0  # ... a rise by burst_rise within this many seconds (0: at once)
     # The request at the percentile prompt length must wait at most this share of the SLO less its own
     # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only.
     prompt_tail_headroom: float | None = 1.0
-    peak_memory_factor: float = 3.0  # a scale-up goes to the highest need of this many stabilization windows
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -150,13 +151,6 @@ def decide(
     elif recommended > current:
         desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
-        memory = spec.scale_down_stabilization_seconds * tuning.peak_memory_factor
-        peak = _highest_since(history, now - memory)
-        if peak > desired:
-            # The load is rising again to where it recently was: go straight to that peak rather than
-            # step up a replica at a time (each step a change, each a cold start behind the load).
-            desired = min(peak, high)
-            reason += f"; to {desired}, the highest need of the last {memory:.0f}s"
     elif recommended < current:
         floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
         if slo_met is False:
@@ -263,10 +257,24 @@ def _stabilization_window(
     memory = base * tuning.burst_memory_factor
     rises = sum(
         1
-        for previous, current in itertools.pairwise(history)
-        if now - current.time <= memory and current.replicas >= previous.replicas + tuning.burst_rise
+        for index, current in enumerate(history)
+        if index > 0
+        and now - current.time <= memory
+        and current.replicas >= _lowest_before(history, index, tuning.burst_rise_seconds) + tuning.burst_rise
     )
     return base * tuning.burst_window_factor if rises >= tuning.burst_count else base
+
+
+def _lowest_before(history: list[Recommendation], index: int, seconds: float) -> int:
+    """The lowest recommendation in force within `seconds` before change point `index` (the one just
+    before it at least): a need that climbs a replica per evaluation rises as sharply as one that jumps."""
+    since = history[index].time - seconds
+    lowest = history[index - 1].replicas
+    for earlier in range(index - 2, -1, -1):
+        if history[earlier + 1].time < since:  # it was replaced before the span began
+            break
+        lowest = min(lowest, history[earlier].replicas)
+    return lowest
 
 
 def _persistent_breach_since(
@@ -417,7 +425,9 @@ def _replicas_by_queueing(
     if long_prompt is not None and tuning.prompt_tail_headroom is not None:
         # A long prompt's own prefill is part of its TTFT: the request at the percentile prompt length
         # must not wait longer than what its prefill leaves of the SLO.
-        wait_budget = min(wait_budget, max(slo.ttft_seconds * tuning.prompt_tail_headroom - long_prompt / capacity, 0.0))
+        wait_budget = min(
+            wait_budget, max(slo.ttft_seconds * tuning.prompt_tail_headroom - long_prompt / capacity, 0.0)
+        )
     tail = 1.0 - slo.percentile / 100.0
     limit = max(spec.max_replicas * 4, 16)
     by_queueing = replicas_for_wait(signals.request_rate, service, wait_budget, tail, limit)

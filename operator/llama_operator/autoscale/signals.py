@@ -15,6 +15,8 @@ simulator fills it from its own scrapes. Intended PromQL, summed per LlamaServic
 - request_rate:            sum(rate(vllm:time_to_first_token_seconds_count[w]))
 - prompt_token_rate:       sum(rate(vllm:prompt_tokens_total[w]))
 - generation_token_rate:   sum(rate(vllm:generation_tokens_total[w]))
+- prompt_tokens_percentile: histogram_quantile(q, sum by (le) (rate(
+                             vllm:request_prompt_tokens_bucket[w])))
 """
 
 from __future__ import annotations
@@ -35,6 +37,20 @@ VLLM_ITL_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """vLLM's bounds for its token-count histograms (vllm:request_prompt_tokens, ...): 1, 2, 5, 10, 20,
+    50, ... up to `max_value` (its max-model-len); +Inf is implied."""
+    bounds: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return tuple(bounds)
+            bounds.append(value)
+        exponent += 1
 
 
 class SignalStatus(StrEnum):
@@ -63,6 +79,9 @@ class Signals:
     window_seconds: float = 60.0  # the rate window the rates and the TTFT percentile were taken over
     # Inter-token latency at the SLO percentile; None when no token followed another in the window
     tpot_percentile_seconds: float | None = None
+    # Prompt length (tokens) at the SLO percentile of the requests finished in the window
+    # (vllm:request_prompt_tokens); None when unknown. Long prompts' own prefill is part of their TTFT.
+    prompt_tokens_percentile: float | None = None
 
     @classmethod
     def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:

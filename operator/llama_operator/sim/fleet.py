@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llama_operator.sim.accelerators import ReplicaProfile
-from llama_operator.sim.metrics import FleetSnapshot, ItlHistogram, MetricsView, TtftHistogram
+from llama_operator.sim.metrics import (
+    FleetSnapshot,
+    ItlHistogram,
+    MetricsView,
+    PromptHistogram,
+    TtftHistogram,
+)
 from llama_operator.sim.replica import Phase, Replica, SimRequest, StepResult
 from llama_operator.sim.trace import Trace
 
@@ -85,6 +91,7 @@ class Fleet:
         self.unrouted: deque[SimRequest] = deque()
         self.histogram = TtftHistogram()
         self.itl = ItlHistogram()
+        self.prompts = PromptHistogram()
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.first_tokens = 0
@@ -146,6 +153,8 @@ class Fleet:
             self.histogram.observe(request.first_token_time - request.arrival)
         self.first_tokens += len(result.first_tokens)
         self.completed += len(result.finished)
+        for request in result.finished:
+            self.prompts.observe(request.prompt_tokens)
 
     def become_ready(self, replica: Replica, now: float) -> None:
         if replica.phase is not Phase.STARTING:
@@ -214,6 +223,7 @@ class Fleet:
             starting=starting,
             draining=draining,
             itl_bucket_counts=tuple(self.itl.counts),
+            prompt_bucket_counts=tuple(self.prompts.counts),
         )
 
 

@@ -16,6 +16,7 @@ from llama_operator.autoscale.signals import (
     VLLM_TTFT_BUCKETS,
     Signals,
     SignalStatus,
+    build_1_2_5_buckets,
     cumulative_buckets,
     histogram_quantile,
 )
@@ -47,6 +48,22 @@ class ItlHistogram:
         self.counts[bisect_left(VLLM_ITL_BUCKETS, seconds)] += count
 
 
+# vllm:request_prompt_tokens' bounds for a 131072-token max-model-len (Llama 3.2's).
+PROMPT_TOKEN_BUCKETS: tuple[int, ...] = build_1_2_5_buckets(131072)
+
+
+class PromptHistogram:
+    """vllm:request_prompt_tokens, summed over the fleet: observed once per finished request."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(PROMPT_TOKEN_BUCKETS) + 1)
+
+    def observe(self, tokens: int) -> None:
+        self.counts[bisect_left(PROMPT_TOKEN_BUCKETS, tokens)] += 1
+
+
 @dataclass(frozen=True, slots=True)
 class FleetSnapshot:
     """The fleet at one instant: gauges summed (KV averaged) over ready replicas, counters cumulative."""
@@ -64,6 +81,7 @@ class FleetSnapshot:
     starting: int
     draining: int
     itl_bucket_counts: tuple[int, ...] = ()
+    prompt_bucket_counts: tuple[int, ...] = ()
 
 
 class MetricsView:
@@ -118,6 +136,14 @@ class MetricsView:
         if latest.itl_bucket_counts and earlier.itl_bucket_counts:
             itl = [a - b for a, b in zip(latest.itl_bucket_counts, earlier.itl_bucket_counts, strict=True)]
             tpot = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, itl))
+        prompt_q = None
+        if latest.prompt_bucket_counts and earlier.prompt_bucket_counts:
+            finished = [
+                a - b for a, b in zip(latest.prompt_bucket_counts, earlier.prompt_bucket_counts, strict=True)
+            ]
+            prompt_q = histogram_quantile(
+                percentile / 100.0, cumulative_buckets(PROMPT_TOKEN_BUCKETS, finished)
+            )
         idle = first_tokens == 0 and prompt == 0 and latest.waiting == 0 and latest.running == 0
         return Signals(
             status=SignalStatus.IDLE if idle else SignalStatus.OK,
@@ -133,6 +159,7 @@ class MetricsView:
             current_replicas=self.current_replicas,
             window_seconds=span,
             tpot_percentile_seconds=tpot,
+            prompt_tokens_percentile=prompt_q,
         )
 
     def mean_in_flight(self, now: float, window: float) -> float:
