@@ -26,7 +26,8 @@ class ObjectMeta(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LENGTH)]
-    namespace: str = "default"
+    # A namespace is a DNS-1123 label (the API server's rule): anything else names no namespace.
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)] = "default"
     uid: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
