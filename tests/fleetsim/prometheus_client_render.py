@@ -53,6 +53,7 @@ for name, doc, key in (
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
     ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt"),
 ):
     h = Histogram(name, doc, names, buckets=data[key]["bounds"], registry=registry)
     for value in data[key]["observations"]:

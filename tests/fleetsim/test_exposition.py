@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from llama_operator.autoscale.promql import KV_CACHE_METRICS, SignalLabels, signal_queries
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS, histogram_quantile
+from llama_operator.autoscale.signals import (
+    VLLM_ITL_BUCKETS,
+    VLLM_PROMPT_TOKEN_BUCKETS,
+    VLLM_TTFT_BUCKETS,
+    histogram_quantile,
+)
 from llama_operator.fleetsim.engine import FleetEngine
 from llama_operator.fleetsim.exposition import (
     VLLM_E2E_LATENCY_BUCKETS,
@@ -109,6 +114,7 @@ def test_the_text_parses_strictly_with_vllm_names_and_labels() -> None:
         "vllm:time_to_first_token_seconds",
         "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds",
+        "vllm:request_prompt_tokens",
     }
     for family in families.values():
         for _, labels, _ in family.samples:
@@ -124,6 +130,7 @@ def test_histograms_are_cumulative_with_vllm_buckets_and_consistent() -> None:
         ("vllm:time_to_first_token_seconds", VLLM_TTFT_BUCKETS),
         ("vllm:e2e_request_latency_seconds", VLLM_E2E_LATENCY_BUCKETS),
         ("vllm:inter_token_latency_seconds", VLLM_ITL_BUCKETS),
+        ("vllm:request_prompt_tokens", VLLM_PROMPT_TOKEN_BUCKETS),
     ):
         samples = families[name].samples
         buckets = [(s[1]["le"], s[2]) for s in samples if s[0] == f"{name}_bucket"]
@@ -133,7 +140,7 @@ def test_histograms_are_cumulative_with_vllm_buckets_and_consistent() -> None:
         count = next(s[2] for s in samples if s[0] == f"{name}_count")
         total = next(s[2] for s in samples if s[0] == f"{name}_sum")
         assert counts[-1] == count > 0
-        assert 0 < total / count < 60
+        assert 0 < total / count < (100_000 if name == "vllm:request_prompt_tokens" else 60)  # tokens, s
 
 
 def test_every_series_the_operator_queries_is_exported() -> None:
@@ -208,6 +215,9 @@ def test_same_text_as_prometheus_client_prints_for_vllm() -> None:
     itls = [0.004, 0.01, 0.03, 0.03, 0.2, 90.0]
     for v in itls:
         stats.inter_token.observe(v)
+    prompts = [1, 7, 700, 700, 9000, 131072, 200000]
+    for v in prompts:
+        stats.prompt_lengths.observe(v)
     stats.prompt_tokens, stats.generation_tokens, stats.successes = 1234567, 4321, 4
     ours = render("llama-3.2-1b", stats, PodGauges(waiting=3, running=7, kv_cache_usage=0.25))
     payload = {
@@ -221,6 +231,7 @@ def test_same_text_as_prometheus_client_prints_for_vllm() -> None:
         "ttft": {"bounds": list(VLLM_TTFT_BUCKETS), "observations": ttfts},
         "e2e": {"bounds": list(VLLM_E2E_LATENCY_BUCKETS), "observations": e2es},
         "itl": {"bounds": list(VLLM_ITL_BUCKETS), "observations": itls},
+        "prompt": {"bounds": list(VLLM_PROMPT_TOKEN_BUCKETS), "observations": prompts},
         "ours": ours,
     }
     script = Path(__file__).with_name("prometheus_client_render.py")

@@ -111,3 +111,20 @@ def test_tpot_is_read_from_vllms_inter_token_latency_histogram() -> None:
     signals = assemble_signals(results, {A: view(95), B: view(95)}, L, window_seconds=60)
     assert signals[A].tpot_percentile_seconds == pytest.approx(0.05)  # rank 95 ends the (0.025, 0.05] bucket
     assert signals[B].tpot_percentile_seconds is None  # no token followed another
+
+
+def test_the_long_prompts_are_read_from_vllms_prompt_length_histogram() -> None:
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=20)
+    assert "rate(vllm:request_prompt_tokens_bucket[20s])" in queries["prompt_buckets"]
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 1.0), (lab(B), 1.0)],
+        # vLLM's 1-2-5 bounds: 90 prompts up to 1000 tokens, 10 between 1000 and 5000.
+        "prompt_buckets": buckets(A, {"500.0": 50, "1000.0": 40, "2000.0": 5, "5000.0": 5, "+Inf": 0}),
+    }
+    signals = assemble_signals(results, {A: view(95), B: view(95)}, L, window_seconds=20)
+    assert signals[A].prompt_tokens_percentile == pytest.approx(
+        2000.0
+    )  # rank 95 ends the (1000, 2000] bucket
+    assert signals[B].prompt_tokens_percentile is None  # no request finished: unknown, not short

@@ -89,6 +89,15 @@ def test_signals_seen_by_policies_come_from_scrapes(small_trace: Trace) -> None:
     served = [r for r in result.requests if 135.0 < r.first_token_time <= 195.0]
     assert signals.request_rate == pytest.approx(len(served) / 60.0)
     assert view.latest_scrape(200.0) is result.snapshots[195]
+    # vllm:request_prompt_tokens counts requests as they finish, in vLLM's 1-2-5 buckets: the percentile
+    # prompt lies in the bucket holding the finished requests' own percentile.
+    finished = sorted(r.prompt_tokens for r in result.requests if 135.0 < r.finish_time <= 195.0)
+    exact = finished[math.ceil(0.95 * len(finished)) - 1]
+    assert signals.prompt_tokens_percentile is not None
+    bounds = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+    low = max(b for b in bounds if b < exact)
+    high = min(b for b in bounds if b >= exact)
+    assert low < signals.prompt_tokens_percentile <= high
 
 
 def test_idle_and_no_data_are_told_apart() -> None:

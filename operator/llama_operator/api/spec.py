@@ -338,7 +338,7 @@ class AutoscalingSpec(WireModel):
         int,
         Field(
             description="How long load must stay low before replicas are removed. After a burst (the "
-            "needed replicas rising by 2 or more at once within the last 6 windows) the autoscaler holds "
+            "needed replicas rising by 2 or more within 60s, within the last 6 windows) the autoscaler holds "
             "3 windows instead: bursts recur, and a removed replica takes a cold start to come back.",
             ge=0,
             le=3600,

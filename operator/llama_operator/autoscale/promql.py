@@ -20,7 +20,7 @@ KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 # TPOT: vLLM 0.32 observes every inter-token interval here (vllm:time_per_output_token_seconds, its old
 # name, is removed; vllm:request_time_per_output_token_seconds is one mean per request).
 ITL_METRIC = "vllm:inter_token_latency_seconds"
-_BUCKET_QUERIES = ("ttft_buckets", "tpot_buckets")
+_BUCKET_QUERIES = ("ttft_buckets", "tpot_buckets", "prompt_buckets")
 
 Labels = Mapping[str, str]
 Sample = tuple[Labels, float]
@@ -62,6 +62,7 @@ def signal_queries(labels: SignalLabels, *, kv_metric: str, window_seconds: floa
     return {
         "ttft_buckets": f"sum by ({by}, le) (rate(vllm:time_to_first_token_seconds_bucket[{w}]))",
         "tpot_buckets": f"sum by ({by}, le) (rate({ITL_METRIC}_bucket[{w}]))",
+        "prompt_buckets": f"sum by ({by}, le) (rate(vllm:request_prompt_tokens_bucket[{w}]))",
         "request_rate": f"sum by ({by}) (rate(vllm:time_to_first_token_seconds_count[{w}]))",
         "waiting": f"sum by ({by}) (vllm:num_requests_waiting)",
         "running": f"sum by ({by}) (vllm:num_requests_running)",
@@ -108,6 +109,7 @@ def assemble_signals(
     }
     buckets = _buckets_by_service(results.get("ttft_buckets", ()), labels)
     tpot_buckets = _buckets_by_service(results.get("tpot_buckets", ()), labels)
+    prompt_buckets = _buckets_by_service(results.get("prompt_buckets", ()), labels)
     out: dict[ServiceKey, Signals] = {}
     for key, view in services.items():
         counts = {
@@ -125,6 +127,11 @@ def assemble_signals(
         running = per.get("running", {}).get(key, 0.0)
         ttft = histogram_quantile(view.percentile / 100.0, buckets[key]) if key in buckets else None
         tpot = histogram_quantile(view.percentile / 100.0, tpot_buckets[key]) if key in tpot_buckets else None
+        prompt = (
+            histogram_quantile(view.percentile / 100.0, prompt_buckets[key])
+            if key in prompt_buckets
+            else None
+        )
         idle = rate <= 0 and waiting <= 0 and running <= 0
         out[key] = Signals(
             status=SignalStatus.IDLE if idle else SignalStatus.OK,
@@ -137,6 +144,7 @@ def assemble_signals(
             generation_token_rate=per.get("generation_tokens", {}).get(key, 0.0),
             window_seconds=window_seconds,
             tpot_percentile_seconds=tpot,
+            prompt_tokens_percentile=prompt,
             **counts,
         )
     return out

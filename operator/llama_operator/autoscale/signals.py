@@ -53,6 +53,11 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
         exponent += 1
 
 
+# vllm:request_prompt_tokens' bounds for a 131072-token max-model-len (Llama 3.2's); the operator's query
+# reads whatever bounds the server exports.
+VLLM_PROMPT_TOKEN_BUCKETS: tuple[int, ...] = build_1_2_5_buckets(131072)
+
+
 class SignalStatus(StrEnum):
     """Whether this cycle's signals can be trusted."""
 

@@ -326,6 +326,7 @@ class FleetEngine:
                 service.recent_ttft.append((t, ttft))
         for request in result.finished:
             stats.e2e_latency.observe(request.finish_time - request.arrival)
+            stats.prompt_lengths.observe(request.prompt_tokens)
             stats.successes += 1
         if service is not None:
             service.completed += len(result.finished)

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_PROMPT_TOKEN_BUCKETS, VLLM_TTFT_BUCKETS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm.v1.engine.FinishReason
@@ -55,6 +55,8 @@ class PodStats:
     # vllm:time_per_output_token_seconds is gone).
     inter_token: Histogram = field(default_factory=lambda: Histogram(VLLM_ITL_BUCKETS))
     e2e_latency: Histogram = field(default_factory=lambda: Histogram(VLLM_E2E_LATENCY_BUCKETS))
+    # Prompt length of each finished request (the policy sizes for the long ones' own prefill).
+    prompt_lengths: Histogram = field(default_factory=lambda: Histogram(VLLM_PROMPT_TOKEN_BUCKETS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,7 @@ def render(model_name: str, stats: PodStats, gauges: PodGauges) -> str:
             "Histogram of e2e request latency in seconds.",
             stats.e2e_latency,
         ),
+        ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", stats.prompt_lengths),
     ):
         family(name, "histogram", help_text)
         running = 0

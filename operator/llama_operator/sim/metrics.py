@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from llama_operator.autoscale.signals import (
     VLLM_ITL_BUCKETS,
+    VLLM_PROMPT_TOKEN_BUCKETS,
     VLLM_TTFT_BUCKETS,
     Signals,
     SignalStatus,
-    build_1_2_5_buckets,
     cumulative_buckets,
     histogram_quantile,
 )
@@ -48,8 +48,7 @@ class ItlHistogram:
         self.counts[bisect_left(VLLM_ITL_BUCKETS, seconds)] += count
 
 
-# vllm:request_prompt_tokens' bounds for a 131072-token max-model-len (Llama 3.2's).
-PROMPT_TOKEN_BUCKETS: tuple[int, ...] = build_1_2_5_buckets(131072)
+PROMPT_TOKEN_BUCKETS = VLLM_PROMPT_TOKEN_BUCKETS
 
 
 class PromptHistogram:
