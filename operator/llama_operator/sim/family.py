@@ -34,6 +34,7 @@ from llama_operator.sim.tracegen import TraceSpec, family, generate, head
 Progress = Callable[[str], None]
 
 BURST_RATIO = 1.5  # a minute with this many times the previous five minutes' mean arrivals is a burst
+LONG_PROMPT_SHARE = 0.8  # a percentile prompt whose prefill alone takes this share of the SLO
 BUNDLED_DESCRIPTIONS = {
     "code": "Azure LLM inference 2023, code (bundled, real)",
     "conversation": "Azure LLM inference 2023, conversation (bundled, real)",
@@ -131,12 +132,18 @@ def _minute_p(result: SimulationResult, percentile: float) -> dict[int, float]:
 def missed_windows(
     ours: SimulationResult, oracle: SimulationResult, scenario: Scenario
 ) -> tuple[list[int], dict[str, list[int]]]:
-    """Our missed one-minute windows, and each classified: `oracle` (oracle@target misses it too),
-    `burst` (arrivals >= BURST_RATIO x the previous five minutes' mean), `cold start` (a replica was
-    starting), `maxReplicas`, or `too few` (the policy held too few replicas)."""
+    """Our missed one-minute windows, and each classified: the oracle@target misses it too; `long
+    prompts` (the minute's percentile prompt alone takes LONG_PROMPT_SHARE of the SLO to prefill on one
+    replica); the trace's opening minute (it starts at full load on minReplicas); a `burst` (arrivals >=
+    BURST_RATIO x the previous five minutes' mean); `maxReplicas`; a `cold start` (a replica was
+    starting); or `too few held` (the policy held too few replicas)."""
     slo, q = scenario.slo_ttft_seconds, scenario.percentile
     ours_p, oracle_p = _minute_p(ours, q), _minute_p(oracle, q)
     arrivals = Counter(int(r.arrival // WINDOW_SECONDS) for r in ours.requests)
+    prompts: dict[int, list[int]] = defaultdict(list)
+    for request in ours.requests:
+        prompts[int(request.arrival // WINDOW_SECONDS)].append(request.prompt_tokens)
+    prefill_rate = scenario.fleet().profile.prefill_tokens_per_second
     starting: set[int] = set()
     at_max: set[int] = set()
     for snapshot in ours.snapshots:
@@ -150,9 +157,14 @@ def missed_windows(
     for minute in missed:
         before = [arrivals.get(m, 0) for m in range(max(0, minute - 5), minute)]
         mean_before = sum(before) / len(before) if before else 0.0
+        long_prompt = quantile(sorted(prompts[minute]), q / 100.0)
         if oracle_p.get(minute, 0.0) > slo:
             causes["oracle@ misses it too"].append(minute)
-        elif minute == 0 or arrivals[minute] >= BURST_RATIO * mean_before:
+        elif long_prompt / prefill_rate >= LONG_PROMPT_SHARE * slo:
+            causes[f"long prompts (p{q:g} prompt alone >= {LONG_PROMPT_SHARE:.0%} of the SLO)"].append(minute)
+        elif minute == 0:
+            causes["opening minute (full load on minReplicas)"].append(minute)
+        elif arrivals[minute] >= BURST_RATIO * mean_before:
             causes["burst"].append(minute)
         elif minute in at_max:
             causes["at maxReplicas"].append(minute)
