@@ -21,7 +21,16 @@ from llama_operator.infra.measure_commands import compare
 from llama_operator.sim.agreement import METRICS, comparison_table
 from llama_operator.sim.profile import MeasuredProfile, load_profile
 
-pytestmark = pytest.mark.vllm
+# A benchmark (`make sim-vs-vllm`), not a CI step. The agreement misses 25 % on a 2-core host (the API
+# server, vLLM's busy-polling engine-core process and the client share one core and saturate before the
+# engine does: docs/bench/sim-vs-vllm.md), and profiling's concurrency probe needs the cores to itself.
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        os.environ.get("LLAMA_OPERATOR_SIM_VS_VLLM") != "1",
+        reason="a benchmark: make sim-vs-vllm (LLAMA_OPERATOR_SIM_VS_VLLM=1)",
+    ),
+]
 
 TOLERANCE = 0.25
 LEVELS = (0.5, 0.8, 1.5)  # offered load / the profile's capacity: below, near and past the knee
@@ -86,12 +95,6 @@ def test_the_profile_measures_the_server(measured: MeasuredProfile) -> None:
     assert 0 < fit.per_prefill_token < 1e-3 and 1e-4 < fit.base < 0.1
 
 
-@pytest.mark.skipif(
-    os.environ.get("LLAMA_OPERATOR_SIM_VS_VLLM") != "1",
-    reason="a benchmark (`make sim-vs-vllm`), not a CI step: on a 2-core host the API server, vLLM's "
-    "busy-polling engine-core process and the client share one core and saturate before the engine does, "
-    "so the engine-only simulator misses the 25 % target (docs/bench/sim-vs-vllm.md)",
-)
 def test_simulator_agrees_with_the_real_server(server: Any, measured: MeasuredProfile) -> None:
     rows = compare(
         server.base_url,
