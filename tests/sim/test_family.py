@@ -15,6 +15,7 @@ from llama_operator.sim.family import (
     TraceOutcome,
     _baseline_runs,
     base_name,
+    change_pattern,
     family_traces,
     judge,
     missed_windows,
@@ -70,6 +71,9 @@ def test_missed_windows_are_classified_burst_first() -> None:
     assert 5 in missed
     assert 5 in causes["burst"]
     assert all(m not in missed for m in range(5))
+    ups = sum(1 for e in ours.scaling_events if e.after > e.before)
+    assert ups >= 1
+    assert change_pattern(ours, 0).startswith(f"{len(ours.scaling_events)} changes: {ups} up (")
 
 
 def outcome(rows: list[RunSummary], sweeps: dict[str, list[RunSummary]] | None = None) -> TraceOutcome:

@@ -15,6 +15,7 @@ without foresight pays (the reactive oracle), a domination names the run that do
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -160,10 +161,10 @@ def missed_windows(
         long_prompt = quantile(sorted(prompts[minute]), q / 100.0)
         if oracle_p.get(minute, 0.0) > slo:
             causes["oracle@ misses it too"].append(minute)
-        elif long_prompt / prefill_rate >= LONG_PROMPT_SHARE * slo:
-            causes[f"long prompts (p{q:g} prompt alone >= {LONG_PROMPT_SHARE:.0%} of the SLO)"].append(minute)
         elif minute == 0:
             causes["opening minute (full load on minReplicas)"].append(minute)
+        elif long_prompt / prefill_rate >= LONG_PROMPT_SHARE * slo:
+            causes[f"long prompts (p{q:g} prompt alone >= {LONG_PROMPT_SHARE:.0%} of the SLO)"].append(minute)
         elif arrivals[minute] >= BURST_RATIO * mean_before:
             causes["burst"].append(minute)
         elif minute in at_max:
@@ -173,6 +174,23 @@ def missed_windows(
         else:
             causes["too few held"].append(minute)
     return missed, dict(causes)
+
+
+CLIMB_SECONDS = 60.0  # a scale-up this soon after another is a step of the same climb
+
+
+def change_pattern(result: SimulationResult, flaps: int) -> str:
+    """What the replica changes were: scale-ups (and how many came within CLIMB_SECONDS of the previous
+    one: a burst climbed step by step as the rate window filled), scale-downs, and flaps."""
+    events = result.scaling_events
+    ups = [e.time for e in events if e.after > e.before]
+    downs = sum(1 for e in events if e.after < e.before)
+    climbing = sum(1 for a, b in itertools.pairwise(ups) if b - a <= CLIMB_SECONDS)
+    return (
+        f"{len(events)} changes: {len(ups)} up ({climbing} within {CLIMB_SECONDS:.0f}s of the previous one, "
+        f"a burst climbed step by step as the rate window filled), {downs} down, {flaps} flaps "
+        "(a scale-up undone within 5 min)"
+    )
 
 
 def _minutes(ms: Sequence[int]) -> str:
@@ -185,6 +203,7 @@ def judge(
     missed: tuple[list[int], dict[str, list[int]]],
     scenario: Scenario,
     targets: RobustnessTargets,
+    changes_why: str = "",
 ) -> list[Verdict]:
     """The verdict on each target for `targets.policy` on one trace; `missed` is `missed_windows` of its
     run."""
@@ -266,9 +285,7 @@ def judge(
             f"replica changes/h <= {targets.changes_per_hour:g}",
             changes <= targets.changes_per_hour,
             f"{changes:.1f}",
-            ""
-            if changes <= targets.changes_per_hour
-            else f"{ours.flaps} flaps (a scale-up undone within 5 min)",
+            "" if changes <= targets.changes_per_hour else changes_why,
         )
     )
     return verdicts
@@ -306,7 +323,13 @@ def run_family(
             trace.name, description, trace.duration / 60, len(trace.requests), bench.rows, sweeps
         )
         missed = missed_windows(bench.results[targets.policy], bench.results["oracle-target"], scenario)
-        outcome.verdicts = judge(outcome, missed, scenario, targets)
+        outcome.verdicts = judge(
+            outcome,
+            missed,
+            scenario,
+            targets,
+            change_pattern(bench.results[targets.policy], outcome.row(targets.policy).flaps),
+        )
         for verdict in outcome.verdicts:
             if verdict.met is False:
                 labelled(verdict.line(trace.name))
