@@ -244,7 +244,10 @@ def test_one_leader_and_a_fast_takeover(cluster: Cluster, namespace: str, tmp_pa
             ),
             60,
         )
-        assert "reconciled " in leader.log.read_text()
+        # The leader logs after its status write: the test may see the status a moment before the line.
+        eventually(
+            "the leader's log of its writes", lambda: "reconciled " in leader.log.read_text() or None, 10
+        )
         assert "reconciled " not in standby.log.read_text(), "the standby wrote too"
 
         assert leader.proc is not None
