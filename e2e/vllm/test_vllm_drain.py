@@ -115,13 +115,23 @@ def test_sigterm_drains_every_stream(tmp_path: Path) -> None:
         late_request = urllib.request.Request(
             f"{server.base_url}/v1/completions", data=late_body, headers={"Content-Type": "application/json"}
         )
+        # Refused: the connection refused or reset, or a 5xx. An answer (the server still taking new work
+        # while it drains) or a timeout (a hang) is not.
+        late_refused = False
         try:
-            urllib.request.urlopen(late_request, timeout=10)
-            late = "answered"
+            with urllib.request.urlopen(late_request, timeout=10) as response:
+                late = f"answered with HTTP {response.status}"
         except urllib.error.HTTPError as err:
-            late = f"refused with HTTP {err.code}"
-        except OSError as err:
+            late_refused = err.code >= 500
+            late = f"{'refused' if late_refused else 'answered'} with HTTP {err.code}"
+        except urllib.error.URLError as err:  # raised while connecting: its reason says why
+            late_refused = isinstance(err.reason, ConnectionRefusedError | ConnectionResetError)
+            late = f"{'refused' if late_refused else 'failed'}: {err.reason!r}"
+        except (ConnectionRefusedError, ConnectionResetError) as err:  # e.g. closed with no response
+            late_refused = True
             late = f"refused: {type(err).__name__}"
+        except OSError as err:  # a timeout: the request hung
+            late = f"not refused: {err!r}"
         late_seconds = time.monotonic() - late_start
         for thread in threads:
             thread.join(timeout=timeout + 30)
@@ -135,6 +145,7 @@ def test_sigterm_drains_every_stream(tmp_path: Path) -> None:
             f"drained in {drained:.1f}s; a request after the signal: {late} in {late_seconds:.2f}s"
         )
         assert len(finished) == STREAMS, results
+        assert late_refused, f"a request after SIGTERM was not refused: {late}"
         assert late_seconds < 5.0, late
     finally:
         server.stop()

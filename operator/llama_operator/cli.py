@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import yaml
 
 import llama_operator
+from llama_operator.activator.commands import register_activator_command
 from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import Settings
@@ -466,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_simulator_commands(sub)
     register_fleet_commands(sub)
     register_measure_commands(sub)
+    register_activator_command(sub)
     return parser
 
 

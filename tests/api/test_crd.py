@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from llama_operator.api.crd import (
@@ -14,6 +15,7 @@ from llama_operator.api.crd import (
     render_chart_crd_template,
     render_crd_yaml,
 )
+from llama_operator.api.resource import InvalidSpecError, parse_spec
 
 FIX = "regenerate with `make crd` (llama-operator crd > crds/...)"
 
@@ -100,3 +102,25 @@ def test_api_names_and_subresources() -> None:
 
 def test_crd_yaml_round_trips() -> None:
     assert yaml.safe_load(render_crd_yaml().split("\n", 1)[1]) == build_crd()
+
+
+def test_bitsandbytes_is_refused_at_apply(repo: Path) -> None:
+    """Issue 8 case 4: the pinned vLLM has no bitsandbytes method, so the API no longer offers it. The CRD
+    the apiserver enforces (the committed file, which `kubectl apply` validates against) refuses it by its
+    enum, and the spec model refuses it naming the field."""
+    committed = yaml.safe_load((repo / CRD_FILE).read_text())
+    for crd in (committed, build_crd()):
+        engine = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+            "engine"
+        ]
+        enum = engine["properties"]["quantization"]["enum"]
+        assert "bitsandbytes" not in enum
+        assert set(enum) == {"none", "awq", "gptq", "fp8"}
+    with pytest.raises(InvalidSpecError) as err:
+        parse_spec(
+            {
+                "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+                "engine": {"quantization": "bitsandbytes"},
+            }
+        )
+    assert "spec.engine.quantization" in str(err.value)

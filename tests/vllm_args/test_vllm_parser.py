@@ -158,9 +158,15 @@ def test_the_checker_rejects_what_vllm_rejects() -> None:
             ["--model", "x", "--no-such-flag"],
             ["--model", "x", "--quantization", "nonsense"],
             ["--model", "x", "--dtype", "half"],
+            # Issue 8 case 2: argparse would take `--por` as `--port` (a unique prefix), so vLLM would listen
+            # where the probes and the Service do not look. The flag contract refuses abbreviations; so
+            # does the checker, while the whole name passes.
+            ["--model", "x", "--por", "9000"],
+            ["--model", "x", "--port", "9000"],
         ]
     )
-    assert [r["ok"] for r in results] == [False, False, False, True]
+    assert [r["ok"] for r in results] == [False, False, False, True, False, True]
+    assert "--por is not a whole option name" in results[4]["error"]
 
 
 def test_default_image_pins_the_checked_version() -> None:

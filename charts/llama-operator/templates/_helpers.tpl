@@ -46,6 +46,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
@@ -57,6 +60,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if kindIs "string" $given }}{{ $given = splitList "," $given }}{{ end -}}
 {{- $out := list -}}
 {{- range $given }}{{ $name := trim . }}{{ if $name }}{{ $out = append $out $name }}{{ end }}{{ end -}}
+{{- /* The operator follows the activator's endpoints in its own namespace: watch it too. */ -}}
+{{- if and $out .Values.activator.enabled (not (has .Release.Namespace $out)) }}{{ $out = append $out .Release.Namespace }}{{ end -}}
 {{- toJson $out -}}
 {{- end }}
 
@@ -70,6 +75,10 @@ Secrets stay Secrets: the ConfigMap holds only their paths). */}}
 {{- define "llama-operator.prometheusDir" -}}/etc/llama-operator-prometheus{{- end }}
 {{- define "llama-operator.config" -}}
 {{- $config := deepCopy .Values.config -}}
+{{- if .Values.activator.enabled }}
+{{- $_ := set $config "activatorService" (printf "%s-activator" (include "llama-operator.fullname" .)) }}
+{{- $_ := set $config "activatorNamespace" .Release.Namespace }}
+{{- end }}
 {{- $dir := include "llama-operator.prometheusDir" . -}}
 {{- $p := .Values.prometheus | default dict -}}
 {{- with $p.ca }}

@@ -129,6 +129,26 @@ class AutoscalerState(WireModel):
     capacity_corrected_time: Annotated[
         Time | None, Field(description="When the capacity estimate was last lowered.")
     ] = None
+    idle_since: Annotated[
+        Time | None,
+        Field(
+            description="Since when every evaluation has seen the service idle (metrics present, no "
+            "request): with minReplicas 0, scaleToZeroAfterSeconds counts from here."
+        ),
+    ] = None
+    scaled_to_zero_time: Annotated[
+        Time | None,
+        Field(
+            description="When the autoscaler last removed the last replica: a request held by the "
+            "activator after this wakes the service."
+        ),
+    ] = None
+    activation_requested_time: Annotated[
+        Time | None,
+        Field(
+            description="The held request's time that woke the service from zero, until a replica is ready."
+        ),
+    ] = None
 
 
 class AutoscalingStatus(WireModel):
@@ -164,6 +184,20 @@ class AutoscalingStatus(WireModel):
     ] = None
     observed_request_rate: Annotated[float | None, Field(description="Requests per second.")] = None
     last_decision: Annotated[ScalingDecision | None, Field(description="The last decision.")] = None
+    last_activation_seconds: Annotated[
+        float | None,
+        Field(
+            description="The last wake from zero: seconds from the first request the activator held to "
+            "its first token (the cold start users paid), as the activator measured it."
+        ),
+    ] = None
+    last_activation: Annotated[
+        str | None,
+        Field(description="lastActivationSeconds for people, with its unit (48.2s): the Wake column."),
+    ] = None
+    last_activation_time: Annotated[
+        str | None, Field(description="When that first token came (RFC 3339).")
+    ] = None
     last_reason: Annotated[str | None, Field(description="Reason given at the last evaluation.")] = None
     last_evaluation_time: Annotated[
         str | None, Field(description="When signals were last evaluated (RFC 3339).")

@@ -201,6 +201,43 @@ class PrometheusValues(ValuesModel):
     bearer_token: PrometheusBearerTokenValues = Field(default_factory=PrometheusBearerTokenValues)
 
 
+class ActivatorValues(ValuesModel):
+    """The activator (scale to zero): its Deployment, Service and RBAC."""
+
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Deploy the activator: LlamaServices with autoscaling.minReplicas 0 then scale to zero "
+            "when idle, and their first request after that is held while a replica starts."
+        ),
+    ] = False
+    replica_count: Annotated[
+        int, Field(description="Activator replicas (stateless: any replica holds any request).", ge=1, le=20)
+    ] = 2
+    port: Annotated[int, Field(description="The proxy's port.", ge=1, le=65535)] = 8000
+    admin_port: Annotated[int, Field(description="Port of /metrics, /healthz, /readyz.", ge=1, le=65535)] = (
+        9090
+    )
+    resources: Annotated[KubeObject, Field(description="The activator container's requests and limits.")] = (
+        Field(default_factory=dict)
+    )
+    pod_annotations: Annotated[dict[str, str], Field(description="Annotations on the activator pods.")] = (
+        Field(default_factory=dict)
+    )
+    pod_labels: Annotated[dict[str, str], Field(description="Extra labels on the activator pods.")] = Field(
+        default_factory=dict
+    )
+    node_selector: Annotated[dict[str, str], Field(description="The activator pods' nodeSelector.")] = Field(
+        default_factory=dict
+    )
+    tolerations: Annotated[list[KubeObject], Field(description="The activator pods' tolerations.")] = Field(
+        default_factory=list
+    )
+    affinity: Annotated[KubeObject, Field(description="The activator pods' affinity.")] = Field(
+        default_factory=dict
+    )
+
+
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
@@ -265,6 +302,7 @@ class ChartValues(ValuesModel):
     metrics: MetricsValues = Field(default_factory=MetricsValues)
     grafana: GrafanaValues = Field(default_factory=GrafanaValues)
     prometheus_rule: PrometheusRuleValues = Field(default_factory=PrometheusRuleValues)
+    activator: ActivatorValues = Field(default_factory=ActivatorValues)
 
 
 def values_schema() -> dict[str, Any]:

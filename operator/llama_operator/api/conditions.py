@@ -20,6 +20,7 @@ class ConditionType(StrEnum):
     SCALING_LIMITED = "ScalingLimited"
     SLO_MET = "SLOMet"
     SCHEDULABLE = "Schedulable"
+    SCALED_TO_ZERO = "ScaledToZero"
 
 
 class ConditionStatus(StrEnum):

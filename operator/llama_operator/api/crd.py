@@ -139,7 +139,20 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.autoscaling.slo",
         "description": "The objective from spec.autoscaling.slo (e.g. p95 TTFT <= 1s, TPOT <= 50ms)",
     },
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Phase",
+        "type": "string",
+        "jsonPath": ".status.phase",
+        "description": "Pending, Progressing, Ready, ScaledToZero (idle, no pod: the activator holds "
+        "the next request), Degraded or Failed",
+    },
+    {
+        "name": "Wake",
+        "type": "string",
+        "jsonPath": ".status.autoscaling.lastActivation",
+        "description": "The last wake from zero: first held request to its first token (e.g. 48.2s)",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

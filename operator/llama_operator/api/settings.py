@@ -210,6 +210,20 @@ class Settings(BaseModel):
     leader_renew_seconds: Annotated[
         float, Field(description="How often the leader renews its Lease.", gt=0)
     ] = 2.0
+    activator_service: Annotated[
+        str | None,
+        Field(
+            description="The activator's Service, in activatorNamespace (the chart's activator.enabled sets "
+            "both). A LlamaService with minReplicas 0 goes to zero only while this Service has a ready "
+            "endpoint: its traffic then goes to the activator, which holds requests while one replica "
+            "starts. Unset: no LlamaService scales to zero.",
+            min_length=1,
+            max_length=63,
+        ),
+    ] = None
+    activator_namespace: Annotated[
+        str, Field(description="Namespace of the activator's Service (the chart's release namespace).")
+    ] = "default"
     health_port: Annotated[
         int, Field(description="Port of /healthz and /readyz (0: off).", ge=0, le=65535)
     ] = 8080

@@ -331,7 +331,16 @@ class AutoscalingSpec(WireModel):
     """SLO autoscaling from Prometheus signals. When enabled, spec.replicas is ignored."""
 
     enabled: Annotated[bool, Field(description="Scale replicas to keep the SLO.")] = True
-    min_replicas: Annotated[int, Field(description="Fewest replicas.", ge=1, le=1000)] = 1
+    min_replicas: Annotated[
+        int,
+        Field(
+            description="Fewest replicas. 0 lets an idle LlamaService scale to zero after "
+            "scaleToZeroAfterSeconds: the activator (the chart's activator.enabled) then holds the first "
+            "requests while one replica starts.",
+            ge=0,
+            le=1000,
+        ),
+    ] = 1
     max_replicas: Annotated[int, Field(description="Most replicas.", ge=1, le=1000)] = 8
     slo: Annotated[SLOSpec, Field(description="The latency objective.")] = Field(default_factory=SLOSpec)
     scale_down_stabilization_seconds: Annotated[
@@ -353,6 +362,31 @@ class AutoscalingSpec(WireModel):
             le=3600,
         ),
     ] = 300
+
+    scale_to_zero_after_seconds: Annotated[
+        int,
+        Field(
+            description="With minReplicas 0: how long the service must be idle (vLLM metrics present and "
+            "no request received, running or waiting) before its last replica is removed. Missing metrics "
+            "never count as idle.",
+            ge=0,
+            le=86_400,
+        ),
+    ] = 600
+    activation_timeout_seconds: Annotated[
+        int,
+        Field(
+            description="With minReplicas 0: how long the activator holds a request while the first "
+            "replica starts; after that the request is answered 503 with Retry-After. Allow the model's "
+            "cold start (image pull, weights load).",
+            ge=1,
+            le=3600,
+        ),
+    ] = 300
+
+    @property
+    def scale_to_zero(self) -> bool:
+        return self.min_replicas == 0
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:

@@ -19,13 +19,15 @@ class Phase(StrEnum):
     READY = "Ready"
     DEGRADED = "Degraded"
     FAILED = "Failed"
+    SCALED_TO_ZERO = "ScaledToZero"
 
 
 class LlamaServiceStatus(WireModel):
     """Observed state of a LlamaService."""
 
     phase: Annotated[
-        Phase | None, Field(description="Summary: Pending, Progressing, Ready, Degraded or Failed.")
+        Phase | None,
+        Field(description="Summary: Pending, Progressing, Ready, ScaledToZero, Degraded or Failed."),
     ] = None
     observed_generation: Annotated[int | None, Field(description="Last spec generation acted on.")] = None
     conditions: Annotated[list[Condition], Field(description="Current observations.")] = Field(

@@ -25,6 +25,12 @@ weights, the batch's KV cache and a prompt chunk read in one step) fits the obje
 step model (catalog.performance, the same function that caps max-num-seqs); the replicas needed are
 the observed output-token rate over that batch's tokens per second. The need is the larger of the
 TTFT- and the TPOT-driven ones, and a TPOT above its objective counts as a breach like TTFT's.
+
+Scale to zero (minReplicas 0): the last replica goes only after scaleToZeroAfterSeconds of real idleness
+(metrics present, no request received, running or waiting, no request held by the activator), and only
+while an activator is there to hold the next request; no data never counts as idle. At zero, a request
+the activator reports holding after the last replica went wakes the service to one replica (never more:
+two activators reporting the same demand make one scale-up); the load then sizes it as usual.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ class Decision:
         bool | None
     )  # observed TTFT (and TPOT) percentile within the SLO; None when there is no observation
     no_data: bool
+    scaled_to_zero: bool = False  # the decision leaves the service with no replica (idle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +103,10 @@ def decide(
 ) -> Decision:
     """Desired replicas for one LlamaService, from this cycle's signals and the remembered state."""
     current = signals.current_replicas
-    low, high = spec.min_replicas, spec.max_replicas
+    # While serving, at least one replica: zero is reached only through the idle rule below.
+    low, high = max(spec.min_replicas, 1), spec.max_replicas
+    if spec.scale_to_zero and current == 0:
+        return _at_zero(spec, signals, state, now)
 
     if signals.status is SignalStatus.NO_DATA:
         since = state.no_data_since if state.no_data_since is not None else now
@@ -104,8 +114,17 @@ def decide(
         return Decision(
             desired_replicas=desired,
             reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
-            # A breach is only persistent while it is seen: the outage restarts its clock.
-            state=state.model_copy(update={"no_data_since": since, "slo_breach_since": None}),
+            # A breach is only persistent while it is seen: the outage restarts its clock. So is idleness.
+            # A replica starting (a wake from zero among them: no pod, no metrics yet) is recorded as
+            # such, so the queue it finds on joining (the requests the activator held) is its to drain.
+            state=state.model_copy(
+                update={
+                    "no_data_since": since,
+                    "slo_breach_since": None,
+                    "idle_since": None,
+                    "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
+                }
+            ),
             needed_replicas=None,
             scaling_limited=False,
             limited_message=None,
@@ -113,11 +132,23 @@ def decide(
             no_data=True,
         )
 
+    idle_since = _idle_since(spec, signals, state, now)
+    idle_long_enough = idle_since is not None and now - idle_since >= spec.scale_to_zero_after_seconds
+    if idle_long_enough and idle_since is not None and signals.activator_available:
+        return _to_zero(spec, signals, state, now, idle_since)
     slo_met = _slo_met(spec, signals)
     capacity, corrected_time = _update_capacity(spec, signals, state, now, tuning)
     breach_since = _persistent_breach_since(spec, signals, state, now)
     if signals.status is SignalStatus.IDLE:
         need = _Need(low, "idle: no requests in the window")
+        if idle_since is not None:
+            idle_for = now - idle_since
+            need = _Need(
+                low,
+                f"idle for {idle_for:.0f}s of scaleToZeroAfterSeconds {spec.scale_to_zero_after_seconds}s",
+            )
+            if idle_for >= spec.scale_to_zero_after_seconds:  # and no activator: see above
+                need = _Need(low, "idle, but no activator is ready to hold requests: not scaling to zero")
     else:
         breach_seconds = 0.0 if breach_since is None else now - breach_since
         absorbing = signals.starting_replicas > 0 or (
@@ -184,6 +215,10 @@ def decide(
             "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
             "capacity_tokens_per_second": capacity,
             "capacity_corrected_time": corrected_time,
+            "idle_since": idle_since,
+            "activation_requested_time": None
+            if signals.ready_replicas > 0
+            else state.activation_requested_time,
             "last_scale_time": now if changed else state.last_scale_time,
             "last_scale_up_time": now if desired > current else state.last_scale_up_time,
             "last_scale_down_time": now if desired < current else last_down,
@@ -197,6 +232,95 @@ def decide(
         scaling_limited=limited,
         limited_message=limited_message,
         slo_met=slo_met,
+        no_data=False,
+    )
+
+
+def _recent_demand(signals: Signals, now: float) -> bool:
+    """The activator reported holding a request within the signal window: the service is not idle."""
+    return signals.demand_time is not None and now - signals.demand_time < signals.window_seconds
+
+
+def _idle_since(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float) -> float | None:
+    """Since when the service has been idle at every evaluation (None: it is not idle now). Only counted
+    with scale to zero on: idle means metrics present and no request, never "no data"."""
+    if not spec.scale_to_zero or signals.status is not SignalStatus.IDLE or _recent_demand(signals, now):
+        return None
+    return state.idle_since if state.idle_since is not None else now
+
+
+def _to_zero(
+    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float, idle_since: float
+) -> Decision:
+    """Remove every replica of a service idle for scaleToZeroAfterSeconds."""
+    current = signals.current_replicas
+    return Decision(
+        desired_replicas=0,
+        reason=(
+            f"scale down {current} -> 0: idle for {now - idle_since:.0f}s (scaleToZeroAfterSeconds "
+            f"{spec.scale_to_zero_after_seconds}s); the activator holds the next request"
+        ),
+        state=state.model_copy(
+            update={
+                "recommendations": [],
+                "no_data_since": None,
+                "slo_breach_since": None,
+                "idle_since": None,
+                "scaled_to_zero_time": now,
+                "activation_requested_time": None,
+                "last_scale_time": now,
+                "last_scale_down_time": now,
+            }
+        ),
+        needed_replicas=0,
+        scaling_limited=False,
+        limited_message=None,
+        slo_met=None,
+        no_data=False,
+        scaled_to_zero=True,
+    )
+
+
+def _at_zero(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float) -> Decision:
+    """No replica: wake on a request the activator held since the last one went (a report older than that
+    was served or given up on before), or when no activator can hold requests; otherwise stay at zero.
+    Waking means one replica: the load, once seen, sizes the rest."""
+    demand = signals.demand_time
+    woken = demand is not None and (state.scaled_to_zero_time is None or demand > state.scaled_to_zero_time)
+    if woken and demand is not None:
+        reason = f"scale up 0 -> 1: the activator holds a request (reported {max(now - demand, 0):.0f}s ago)"
+    elif not signals.activator_available:
+        reason = "scale up 0 -> 1: no activator is ready to hold requests, so zero replicas would refuse them"
+    else:
+        return Decision(
+            desired_replicas=0,
+            reason="scaled to zero: idle, no request held by the activator",
+            state=state.model_copy(update={"no_data_since": None, "idle_since": None}),
+            needed_replicas=0,
+            scaling_limited=False,
+            limited_message=None,
+            slo_met=None,
+            no_data=False,
+            scaled_to_zero=True,
+        )
+    desired = min(1, spec.max_replicas)
+    return Decision(
+        desired_replicas=desired,
+        reason=reason,
+        state=state.model_copy(
+            update={
+                "recommendations": [Recommendation(time=now, replicas=desired)],
+                "no_data_since": None,
+                "idle_since": None,
+                "activation_requested_time": demand if woken else None,
+                "last_scale_time": now,
+                "last_scale_up_time": now,
+            }
+        ),
+        needed_replicas=desired,
+        scaling_limited=False,
+        limited_message=None,
+        slo_met=None,
         no_data=False,
     )
 
@@ -502,5 +626,5 @@ def _needed_replicas(
             needs.append(_Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s"))
 
     if not needs:
-        return _Need(spec.min_replicas, "load within what the minimum serves")
+        return _Need(max(spec.min_replicas, 1), "load within what the minimum serves")
     return max(needs, key=lambda n: n.replicas)

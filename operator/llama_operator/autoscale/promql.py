@@ -145,6 +145,8 @@ def assemble_signals(
             window_seconds=window_seconds,
             tpot_percentile_seconds=tpot,
             prompt_tokens_percentile=prompt,
-            **counts,
+            ready_replicas=view.ready_replicas,
+            starting_replicas=view.starting_replicas,
+            current_replicas=view.current_replicas,
         )
     return out

@@ -87,6 +87,11 @@ class Signals:
     # Prompt length (tokens) at the SLO percentile of the requests finished in the window
     # (vllm:request_prompt_tokens); None when unknown. Long prompts' own prefill is part of their TTFT.
     prompt_tokens_percentile: float | None = None
+    # Scale to zero. The latest time the activator reported holding a request for this service (it
+    # repeats the report while it holds one); None when it never did.
+    demand_time: float | None = None
+    # Whether an activator is there to hold requests: without one, zero replicas would refuse them.
+    activator_available: bool = False
 
     @classmethod
     def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:

@@ -5,6 +5,17 @@ from __future__ import annotations
 SERVICE_LABEL = "llama-operator.dev/llamaservice"
 MANAGED_BY = "llama-operator"
 
+# Scale to zero. The activator writes these annotations on a LlamaService (the operator only reads them):
+# when it last held a request for it (RFC 3339; repeated while it holds one), and the last wake it measured
+# ({"seconds": first held request to its first token, "time": RFC 3339}).
+ACTIVATION_REQUESTED_ANNOTATION = "llama-operator.dev/activation-requested-at"
+LAST_ACTIVATION_ANNOTATION = "llama-operator.dev/last-activation"
+ACTIVATION_ANNOTATIONS = (ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION)
+# The EndpointSlice that sends a scaled-to-zero LlamaService's traffic to the activator.
+ENDPOINT_SLICE_MANAGER = "llama-operator.dev"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+
 
 def selector_labels(name: str) -> dict[str, str]:
     return {SERVICE_LABEL: name}
@@ -22,3 +33,7 @@ def object_labels(name: str) -> dict[str, str]:
 
 def selector_string(name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+
+
+def activator_slice_name(name: str) -> str:
+    return f"{name}-activator"

@@ -14,7 +14,14 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import API_VERSION, KIND
-from llama_operator.desired.labels import object_labels, selector_labels
+from llama_operator.desired.labels import (
+    ENDPOINT_SLICE_MANAGER,
+    SERVICE_NAME_LABEL,
+    SLICE_MANAGED_BY_LABEL,
+    activator_slice_name,
+    object_labels,
+    selector_labels,
+)
 
 Manifest = dict[str, Any]
 
@@ -39,6 +46,15 @@ def shutdown_timeout_seconds(termination_grace_seconds: int) -> int:
     """How long vLLM may drain in-flight requests after SIGTERM: the grace period less the preStop sleep
     and a margin (never negative: a grace period that short leaves no drain)."""
     return max(0, termination_grace_seconds - PRESTOP_SLEEP_SECONDS - SHUTDOWN_MARGIN_SECONDS)
+
+
+@dataclass(frozen=True)
+class ActivatorRoute:
+    """Where the activator listens: its ready pods' addresses (one address family) and port."""
+
+    addresses: tuple[str, ...]
+    port: int
+    address_type: str = "IPv4"
 
 
 @dataclass(frozen=True)
@@ -310,14 +326,64 @@ def max_replicas(svc: LlamaService) -> int:
     return svc.spec.replicas
 
 
+def build_activator_endpoint_slice(svc: LlamaService, route: ActivatorRoute) -> Manifest:
+    """An extra EndpointSlice of the LlamaService's Service, naming the activator's pods: kube-proxy (and
+    every Service-aware proxy) merges all slices labelled with the Service's name, so while no vLLM pod is
+    ready the Service's traffic reaches the activator, with no change to the Service itself (its
+    ClusterIP, selector and DNS stay). The endpointslice controller leaves slices another manager owns."""
+    name = svc.metadata.name
+    metadata = _metadata(svc, activator_slice_name(name))
+    metadata["labels"] = {
+        **metadata["labels"],
+        SERVICE_NAME_LABEL: name,
+        SLICE_MANAGED_BY_LABEL: ENDPOINT_SLICE_MANAGER,
+        "app.kubernetes.io/component": "activator-route",
+    }
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": metadata,
+        "addressType": route.address_type,
+        "endpoints": [
+            {"addresses": [address], "conditions": {"ready": True, "serving": True, "terminating": False}}
+            for address in route.addresses
+        ],
+        "ports": [{"name": "http", "port": route.port, "protocol": "TCP"}],
+    }
+
+
+def routes_to_activator(svc: LlamaService, route: ActivatorRoute | None, *, ready_replicas: int) -> bool:
+    """A LlamaService that may scale to zero sends its traffic to the activator while no vLLM pod is ready
+    (at zero, and while the first replica starts); once one is ready, straight to the pods again."""
+    autoscaling = svc.spec.autoscaling
+    return (
+        svc.spec.autoscaling_enabled
+        and autoscaling is not None
+        and autoscaling.scale_to_zero
+        and route is not None
+        and bool(route.addresses)
+        and ready_replicas == 0
+    )
+
+
 def build_desired_state(
-    svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool
+    svc: LlamaService,
+    plan: Plan,
+    settings: Settings,
+    *,
+    pod_monitor: bool,
+    activator: ActivatorRoute | None = None,
+    ready_replicas: int = 0,
 ) -> DesiredState:
     """Everything that should exist, in apply order (the Service before the pods it fronts)."""
     name = svc.metadata.name
     replicas = None if svc.spec.autoscaling_enabled else svc.spec.replicas
     objects: list[Manifest] = [build_service(svc)]
     absent: list[tuple[str, str, str]] = []
+    if activator is not None and routes_to_activator(svc, activator, ready_replicas=ready_replicas):
+        objects.append(build_activator_endpoint_slice(svc, activator))
+    else:
+        absent.append(("discovery.k8s.io/v1", "EndpointSlice", activator_slice_name(name)))
     if max_replicas(svc) > 1:
         objects.append(build_pod_disruption_budget(svc))
     else:

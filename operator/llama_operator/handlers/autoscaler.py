@@ -6,7 +6,7 @@ decision, the policy's state or a condition changes (observations at a bounded r
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +17,8 @@ from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals
-from llama_operator.handlers.indexes import owned_deployment
+from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
+from llama_operator.handlers.indexes import activator_route, owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
@@ -27,6 +28,8 @@ from llama_operator.reconcile.autoscaling import (
     autoscale_outcome,
     autoscaler_state,
     condition_transitions,
+    parse_demand_time,
+    parse_last_activation,
     status_write_due,
 )
 from llama_operator.reconcile.ownership import object_uid
@@ -132,85 +135,22 @@ def autoscale_cycle(
         signals, error = {}, str(err)
         metrics.prometheus_errors.inc()
     report.queries = source.queries - sent
-    wall = datetime.fromtimestamp(now, UTC)
+    ready = activator_route(indexes.endpoint_slices) is not None
     for key, body, deployment, view in services:
-        try:
-            spec = parse_spec(body["spec"])
-        except InvalidSpecError:
-            continue  # the reconciler reports a bad spec
-        if spec.autoscaling is None:
-            continue
-        uid = str(body["metadata"].get("uid"))
-        seen = signals.get(key) or Signals.no_data(
-            ready_replicas=view.ready_replicas,
-            starting_replicas=view.starting_replicas,
-            current_replicas=view.current_replicas,
-        )
-        status = memory.written.current(key, body)
-        decision = decide(spec.autoscaling, seen, memory.state(key, uid, status), now)
-        memory.states[key] = (uid, decision.state)
-        outcome = autoscale_outcome(
-            status,
-            decision,
-            seen,
-            slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
-            slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
-            slo_percentile=spec.autoscaling.slo.percentile,
-            prometheus_error=error,
-            generation=body["metadata"].get("generation"),
-            now=wall,
-        )
-        namespace, name = key
-        no_data_since = decision.state.no_data_since
-        metrics.observe(
-            ServiceObservation(
-                namespace=namespace,
-                name=name,
-                desired_replicas=decision.desired_replicas,
-                current_replicas=view.current_replicas,
-                ready_replicas=view.ready_replicas,
-                min_replicas=spec.autoscaling.min_replicas,
-                max_replicas=spec.autoscaling.max_replicas,
-                ttft_seconds=seen.ttft_percentile_seconds,
-                slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
-                slo_percentile=spec.autoscaling.slo.percentile,
-                slo_met=decision.slo_met,
-                no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
+        with memory.written.writer(key):
+            _autoscale_one(
+                memo,
+                memory,
+                report,
+                key=key,
+                body=body,
+                deployment=deployment,
+                view=view,
+                signals=signals,
+                error=error,
+                now=now,
+                ready=ready,
             )
-        )
-        if outcome.replicas is not None:
-            set_deployment_replicas(
-                memo.kube,
-                namespace=namespace,
-                name=name,
-                uid=str(object_uid(deployment)),
-                replicas=outcome.replicas,
-                field_manager=memo.settings.autoscaler_field_manager,
-            )
-            report.replica_writes += 1
-            metrics.wrote("Deployment")  # a scale-subresource write
-            metrics.scaled(namespace, name, current=view.current_replicas, replicas=outcome.replicas)
-            message = f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
-            log.info("autoscaler: %s", message)
-        for moved in condition_transitions(status, outcome.status_patch):
-            log.info("autoscaler: %s/%s %s", namespace, name, moved)
-        if status_write_due(
-            status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
-        ):
-            memory.written.record(
-                key,
-                body,
-                memo.kube.patch_llamaservice_status(
-                    namespace=namespace, name=name, status=outcome.status_patch
-                ),
-            )
-            report.status_writes += 1
-            metrics.wrote("status")
-        for event in outcome.events:
-            memo.kube.post_event(
-                body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
-            )
-            log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
     log.debug(
         "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes",
         report.services,
@@ -219,3 +159,110 @@ def autoscale_cycle(
         report.status_writes,
     )
     return report
+
+
+def _autoscale_one(
+    memo: kopf.Memo,
+    memory: AutoscalerMemory,
+    report: CycleReport,
+    *,
+    key: ServiceKey,
+    body: dict[str, Any],
+    deployment: dict[str, Any],
+    view: ServiceView,
+    signals: dict[ServiceKey, Signals],
+    error: str | None,
+    now: float,
+    ready: bool,
+) -> None:
+    """Decide for one LlamaService and write what changed."""
+    metrics: OperatorMetrics = memo.metrics
+    wall = datetime.fromtimestamp(now, UTC)
+    activator_ready = ready
+    try:
+        spec = parse_spec(body["spec"])
+    except InvalidSpecError:
+        return  # the reconciler reports a bad spec
+    if spec.autoscaling is None:
+        return
+    uid = str(body["metadata"].get("uid"))
+    seen = signals.get(key) or Signals.no_data(
+        ready_replicas=view.ready_replicas,
+        starting_replicas=view.starting_replicas,
+        current_replicas=view.current_replicas,
+    )
+    annotations = body["metadata"].get("annotations") or {}
+    seen = replace(
+        seen,
+        demand_time=parse_demand_time(annotations.get(ACTIVATION_REQUESTED_ANNOTATION)),
+        activator_available=activator_ready,
+    )
+    status = memory.written.current(key, body)
+    decision = decide(spec.autoscaling, seen, memory.state(key, uid, status), now)
+    memory.states[key] = (uid, decision.state)
+    outcome = autoscale_outcome(
+        status,
+        decision,
+        seen,
+        slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+        slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
+        slo_percentile=spec.autoscaling.slo.percentile,
+        prometheus_error=error,
+        generation=body["metadata"].get("generation"),
+        now=wall,
+        scale_to_zero=spec.autoscaling.scale_to_zero,
+        activation=parse_last_activation(annotations.get(LAST_ACTIVATION_ANNOTATION)),
+    )
+    namespace, name = key
+    no_data_since = decision.state.no_data_since
+    metrics.observe(
+        ServiceObservation(
+            namespace=namespace,
+            name=name,
+            desired_replicas=decision.desired_replicas,
+            current_replicas=view.current_replicas,
+            ready_replicas=view.ready_replicas,
+            min_replicas=spec.autoscaling.min_replicas,
+            max_replicas=spec.autoscaling.max_replicas,
+            ttft_seconds=seen.ttft_percentile_seconds,
+            slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+            slo_percentile=spec.autoscaling.slo.percentile,
+            slo_met=decision.slo_met,
+            no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
+            scaled_to_zero=decision.desired_replicas == 0,
+            activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
+        )
+    )
+    if outcome.replicas is not None:
+        set_deployment_replicas(
+            memo.kube,
+            namespace=namespace,
+            name=name,
+            uid=str(object_uid(deployment)),
+            replicas=outcome.replicas,
+            field_manager=memo.settings.autoscaler_field_manager,
+        )
+        report.replica_writes += 1
+        metrics.wrote("Deployment")  # a scale-subresource write
+        metrics.scaled(namespace, name, current=view.current_replicas, replicas=outcome.replicas)
+        message = (
+            f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
+        )
+        log.info("autoscaler: %s", message)
+    for moved in condition_transitions(status, outcome.status_patch):
+        log.info("autoscaler: %s/%s %s", namespace, name, moved)
+    if status_write_due(
+        status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
+    ):
+        memory.written.record(
+            key,
+            body,
+            memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=outcome.status_patch),
+        )
+        report.status_writes += 1
+        metrics.wrote("status")
+    for event in outcome.events:
+        memo.kube.post_event(
+            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
+        )
+        log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)

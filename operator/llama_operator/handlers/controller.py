@@ -19,9 +19,15 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
-from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.desired.labels import (
+    ACTIVATION_REQUESTED_ANNOTATION,
+    ENDPOINT_SLICE_MANAGER,
+    SERVICE_LABEL,
+    SERVICE_NAME_LABEL,
+    SLICE_MANAGED_BY_LABEL,
+)
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
-from llama_operator.handlers.indexes import node_facts
+from llama_operator.handlers.indexes import endpoint_facts, node_facts
 from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
 from llama_operator.infra.leader import LeaderElection
 from llama_operator.infra.workqueue import WorkQueue
@@ -49,6 +55,10 @@ class Controller:
         # The autoscaler has a thread of its own: a backlog of reconciles never delays a scaling decision.
         self.autoscaler_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autoscaler")
         self.autoscaler_memory = AutoscalerMemory()
+        # Set when an autoscaler cycle should not wait for its period: a request held at zero.
+        self.autoscaler_wake = asyncio.Event()
+        self.activations: dict[Key, str | None] = {}  # the last activation-requested-at seen per key
+        self.activator_facts: dict[str, Any] = {}  # the activator's EndpointSlices as last seen
 
     @property
     def leading(self) -> bool:
@@ -136,7 +146,12 @@ class Controller:
             except Exception:
                 log.exception("autoscaler cycle failed; next cycle in %.0fs", interval)
             self.memo.metrics.cycle_seconds.observe(loop.time() - started)
-            await asyncio.sleep(max(0.0, started + interval - loop.time()))
+            self.autoscaler_wake.clear()
+            # The next cycle after the period, or at once when a held request asks for a replica.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.autoscaler_wake.wait(), max(0.0, started + interval - loop.time())
+                )
 
     async def _on_leadership(self) -> None:
         """Whenever this instance becomes the leader, look at everything: the last leader may have left
@@ -202,7 +217,14 @@ async def llamaservice_event(
         controller.generations.pop(key, None)
         controller.failures.pop(key, None)
         controller.autoscaler_memory.written.forget(key)
+        controller.activations.pop(key, None)
         return
+    # A request the activator holds for this (scaled-to-zero) service: decide now, not at the next period.
+    requested = (body.metadata.annotations or {}).get(ACTIVATION_REQUESTED_ANNOTATION)
+    if controller.activations.get(key) != requested:
+        if key in controller.activations or requested is not None:
+            controller.autoscaler_wake.set()
+        controller.activations[key] = requested
     # Status writes (ours, the autoscaler's) come back as events too; only a new generation is news.
     generation = (body.metadata.get("generation"), body.metadata.get("deletionTimestamp"))
     if controller.generations.get(key) != generation:
@@ -219,9 +241,49 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("", "v1", "pods", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event(
+    "discovery.k8s.io",
+    "v1",
+    "endpointslices",
+    labels={SERVICE_LABEL: kopf.PRESENT, SLICE_MANAGED_BY_LABEL: ENDPOINT_SLICE_MANAGER},
+)
 async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     memo.health.synced = True
     await memo.controller.queue.add(_owner_key(namespace, labels))
+
+
+@kopf.on.event("discovery.k8s.io", "v1", "endpointslices", labels={SERVICE_NAME_LABEL: kopf.PRESENT})
+async def activator_endpoints_event(
+    *,
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """The activator's ready pods changed: services that may scale to zero re-route (their activator
+    EndpointSlice follows the pods), and the autoscaler learns whether zero is safe."""
+    controller: Controller = memo.controller
+    settings = controller.memo.settings
+    if not settings.activator_service or namespace != settings.activator_namespace:
+        return
+    if labels.get(SERVICE_NAME_LABEL) != settings.activator_service:
+        return
+    facts = None if event.get("type") == "DELETED" else endpoint_facts(body)
+    if controller.activator_facts.get(name) == facts:
+        return
+    controller.activator_facts[name] = facts
+    for key, store in list(controller.indexes.llamaservices.items()):
+        if any(scales_to_zero(service.get("spec")) for service in store):
+            await controller.queue.add(key)
+    controller.autoscaler_wake.set()
+
+
+def scales_to_zero(spec: Any) -> bool:
+    autoscaling = (spec or {}).get("autoscaling") or {}
+    return bool(autoscaling) and autoscaling.get("enabled", True) and autoscaling.get("minReplicas", 1) == 0
 
 
 POD_MONITOR_CRD = "podmonitors.monitoring.coreos.com"

@@ -8,7 +8,14 @@ from typing import Any
 import kopf
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
-from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.desired.labels import (
+    ACTIVATION_ANNOTATIONS,
+    ENDPOINT_SLICE_MANAGER,
+    SERVICE_LABEL,
+    SERVICE_NAME_LABEL,
+    SLICE_MANAGED_BY_LABEL,
+)
+from llama_operator.desired.objects import ActivatorRoute
 from llama_operator.reconcile.drift import spec_managers
 from llama_operator.reconcile.ownership import Ownership, ownership
 
@@ -53,6 +60,10 @@ def llamaservice_index(
                 "generation": meta.get("generation"),
                 "resourceVersion": meta.get("resourceVersion"),
                 "deletionTimestamp": meta.deletion_timestamp,
+                # Only the activator's annotations: demand for a scaled-to-zero service, the wake it timed.
+                "annotations": {
+                    k: v for k, v in (meta.annotations or {}).items() if k in ACTIVATION_ANNOTATIONS
+                },
             },
             "spec": dict(body.spec),
             "status": dict(body.status),
@@ -122,6 +133,57 @@ def pod_monitor_index(
     body: kopf.Body, namespace: str | None, name: str, **_: Any
 ) -> dict[ObjectKey, dict[str, Any]]:
     return _owned(body, namespace, name)
+
+
+ACTIVATOR_ENDPOINTS = "ActivatorEndpoints"
+
+
+def endpoint_facts(body: kopf.Body) -> dict[str, Any]:
+    """The ready addresses and the port of one of the activator Service's EndpointSlices."""
+    ports = [p for p in body.get("ports") or [] if isinstance(p, dict) and p.get("port")]
+    port = next((p for p in ports if p.get("name") == "http"), ports[0] if ports else None)
+    addresses = sorted(
+        str(address)
+        for endpoint in body.get("endpoints") or []
+        if isinstance(endpoint, dict) and (endpoint.get("conditions") or {}).get("ready") is not False
+        for address in endpoint.get("addresses") or []
+    )
+    return {
+        "addressType": body.get("addressType", "IPv4"),
+        "addresses": addresses,
+        "port": int(port["port"]) if port is not None else None,
+    }
+
+
+@kopf.index("discovery.k8s.io", "v1", "endpointslices")
+def endpoint_slice_index(
+    body: kopf.Body, namespace: str | None, name: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Two kinds of EndpointSlice: those the operator makes to send a scaled-to-zero LlamaService's traffic
+    to the activator, and the activator Service's own, in the operator's namespace only (a tenant's Service
+    of that name elsewhere must not attract other tenants' traffic)."""
+    if SERVICE_LABEL in labels and labels.get(SLICE_MANAGED_BY_LABEL) == ENDPOINT_SLICE_MANAGER:
+        return _owned(body, namespace, name)
+    settings = memo.settings
+    if (
+        settings.activator_service
+        and namespace == settings.activator_namespace
+        and labels.get(SERVICE_NAME_LABEL) == settings.activator_service
+    ):
+        return {(ACTIVATOR_ENDPOINTS, str(namespace), name): endpoint_facts(body)}
+    return {}
+
+
+def activator_route(index: kopf.Index[ObjectKey, dict[str, Any]]) -> ActivatorRoute | None:
+    """Where the activator listens now (its ready pods), or None when no pod of it is ready."""
+    slices = [facts for key, store in index.items() if key[0] == ACTIVATOR_ENDPOINTS for facts in store]
+    addresses = sorted(
+        {a for facts in slices if facts.get("addressType") == "IPv4" for a in facts["addresses"]}
+    )
+    ports = [facts["port"] for facts in slices if facts.get("port") and facts["addresses"]]
+    if not addresses or not ports:
+        return None
+    return ActivatorRoute(addresses=tuple(addresses), port=int(ports[0]))
 
 
 def one(index: kopf.Index[OwnerKey, dict[str, Any]], key: OwnerKey) -> dict[str, Any] | None:

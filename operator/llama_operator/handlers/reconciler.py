@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from llama_operator.handlers.indexes import ObjectKey, OwnerKey, one, owned_deployment
+from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute, set_deployment_replicas
 from llama_operator.planning.inventory import inventory_from_nodes
@@ -42,6 +42,7 @@ class Indexes:
     services: kopf.Index[ObjectKey, dict[str, Any]]
     pdbs: kopf.Index[ObjectKey, dict[str, Any]]
     pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
+    endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
 
     def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if kind == "Deployment":
@@ -49,9 +50,12 @@ class Indexes:
                 (d for d in self.deployments.get((namespace, name), []) if d["metadata"]["name"] == name),
                 None,
             )
-        index = {"Service": self.services, "PodDisruptionBudget": self.pdbs, "PodMonitor": self.pod_monitors}[
-            kind
-        ]
+        index = {
+            "Service": self.services,
+            "PodDisruptionBudget": self.pdbs,
+            "PodMonitor": self.pod_monitors,
+            "EndpointSlice": self.endpoint_slices,
+        }[kind]
         return next(iter(index.get((kind, namespace, name), [])), None)
 
 
@@ -63,7 +67,9 @@ class ReconcileResult:
     events: list[Event] = field(default_factory=list)
 
 
-def compute_outcome(body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes) -> ReconcileOutcome:
+def compute_outcome(
+    body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes, deployment: Mapping[str, Any] | None
+) -> ReconcileOutcome:
     """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
     nodes = [node for store in indexes.nodes.values() for node in store]
     return reconcile(
@@ -72,7 +78,19 @@ def compute_outcome(body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes) 
         inventory=inventory_from_nodes(nodes) if nodes else None,
         pod_monitor=memo.pod_monitor,
         now=datetime.now(UTC),
+        activator=activator_route(indexes.endpoint_slices),
+        ready_replicas=int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0),
     )
+
+
+def zero_message(spec: Mapping[str, Any], route_ready: bool) -> str | None:
+    """What zero replicas mean for a LlamaService that may scale to zero."""
+    autoscaling = spec.get("autoscaling") or {}
+    if not autoscaling or not autoscaling.get("enabled", True) or autoscaling.get("minReplicas", 1) != 0:
+        return None
+    if not route_ready:
+        return "idle; no activator is ready, so a request would find nothing to serve it"
+    return "idle; the activator holds the next request and wakes one replica"
 
 
 def _keep_replicas_in_bounds(
@@ -103,6 +121,13 @@ def reconcile_llamaservice(
     key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, written: WrittenStatus, attempt: int
 ) -> ReconcileResult:
     """Converge one LlamaService. Raises ApiException for failures a retry may fix (the caller backs off)."""
+    with written.writer(key):
+        return _reconcile(key, memo=memo, indexes=indexes, written=written, attempt=attempt)
+
+
+def _reconcile(
+    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, written: WrittenStatus, attempt: int
+) -> ReconcileResult:
     body = one(indexes.llamaservices, key)
     result = ReconcileResult()
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -111,7 +136,11 @@ def reconcile_llamaservice(
     meta = body["metadata"]
     before = written.current(key, body)  # the index may not show our last status write yet
     now = datetime.now(UTC)
-    outcome = compute_outcome(body, memo, indexes)
+    # Judged against the status as last written (by us or the autoscaler), not the index's older copy: a
+    # condition the autoscaler has just set must not be written back to what it was.
+    outcome = compute_outcome(
+        {**body, "status": before}, memo, indexes, owned_deployment(indexes.deployments, key, meta.get("uid"))
+    )
     status = dict(outcome.status_patch)
     if outcome.desired is not None:
         settings = memo.settings
@@ -142,6 +171,9 @@ def reconcile_llamaservice(
                 indexes.pods.get(key, []),
                 generation=meta.get("generation"),
                 now=now,
+                zero_message=zero_message(
+                    body.get("spec") or {}, activator_route(indexes.endpoint_slices) is not None
+                ),
             )
         )
         spec = body.get("spec") or {}

@@ -83,6 +83,7 @@ async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any)
         services=kwargs["service_index"],
         pdbs=kwargs["pdb_index"],
         pod_monitors=kwargs["pod_monitor_index"],
+        endpoint_slices=kwargs["endpoint_slice_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings

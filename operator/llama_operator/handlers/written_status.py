@@ -23,6 +23,14 @@ class WrittenStatus:
         # key -> (versions the index may still show from before our last write, that write's version and
         # the status it left)
         self._entries: dict[Key, tuple[frozenset[str], str, dict[str, Any]]] = {}
+        self._writers: dict[Key, threading.Lock] = {}
+
+    def writer(self, key: Key) -> threading.Lock:
+        """Held while reading, deciding and writing one LlamaService's status: the reconciler and the
+        autoscaler each write whole condition lists, so one must not decide from a status the other is
+        replacing (a lost update would undo the other's condition)."""
+        with self._lock:
+            return self._writers.setdefault(key, threading.Lock())
 
     def current(self, key: Key, body: Mapping[str, Any]) -> dict[str, Any]:
         """The freshest status known: ours while the index still shows a version from before our write;
@@ -52,3 +60,4 @@ class WrittenStatus:
     def forget(self, key: Key) -> None:
         with self._lock:
             self._entries.pop(key, None)
+            self._writers.pop(key, None)

@@ -56,6 +56,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "llama_operator_slo_percentile",
     "llama_operator_slo_met",
     "llama_operator_signal_no_data_seconds",
+    "llama_operator_scaled_to_zero",
+    "llama_operator_activation_seconds",
     "llama_operator_gpus",
     "llama_operator_gpu_price_per_hour",
     "llama_operator_gpu_hours_total",
@@ -90,6 +92,8 @@ class ServiceObservation:
     slo_percentile: float
     slo_met: bool | None
     no_data_seconds: float
+    scaled_to_zero: bool = False
+    activation_seconds: float | None = None  # the last wake from zero, as the activator timed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,11 @@ class OperatorMetrics:
                 "1 when the observed TTFT percentile is within the SLO, 0 when not (absent: no data).",
             ),
             ("signal_no_data_seconds", "Seconds since the autoscaler last had signals (0 when it has them)."),
+            ("scaled_to_zero", "1 while the LlamaService is scaled to zero (idle, no replica), else 0."),
+            (
+                "activation_seconds",
+                "The last wake from zero: first request the activator held to its first token (absent: none).",
+            ),
             ("gpus", "GPUs held: replicas x GPUs per replica."),
             ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
         ]
@@ -228,6 +237,8 @@ class OperatorMetrics:
             g["slo_ttft_seconds"].set(seen.slo_ttft_seconds)
             g["slo_percentile"].set(seen.slo_percentile)
             g["signal_no_data_seconds"].set(seen.no_data_seconds)
+            g["scaled_to_zero"].set(1 if seen.scaled_to_zero else 0)
+            self._optional(self.service_gauges["activation_seconds"], key, seen.activation_seconds)
             self._optional(self.service_gauges["ttft_observed_seconds"], key, seen.ttft_seconds)
             met = None if seen.slo_met is None else float(seen.slo_met)
             self._optional(self.service_gauges["slo_met"], key, met)

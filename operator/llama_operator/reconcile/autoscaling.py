@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +18,7 @@ from llama_operator.api.conditions import (
     set_condition,
 )
 from llama_operator.autoscale.policy import Decision
-from llama_operator.autoscale.signals import Signals
+from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.execution import Event
 
 
@@ -68,6 +69,8 @@ def autoscale_outcome(
     prometheus_error: str | None,
     generation: int | None,
     now: datetime,
+    scale_to_zero: bool = False,
+    activation: LastActivation | None = None,
 ) -> AutoscaleOutcome:
     conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
     events: list[Event] = []
@@ -98,6 +101,11 @@ def autoscale_outcome(
                     "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind", warning=True
                 )
             )
+    elif current == 0 and signals.status is SignalStatus.NO_DATA:
+        # No pod, no metrics: expected at zero; the activator's report of held requests is the signal.
+        cond(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "ScaledToZero", decision.reason)
+        if was_active is not None and was_active.status == ConditionStatus.FALSE:
+            events.append(Event("MetricsRestored", "autoscaling resumed at zero replicas", warning=False))
     else:
         cond(
             ConditionType.SCALING_ACTIVE,
@@ -124,6 +132,30 @@ def autoscale_outcome(
             "WithinBounds",
             "the need fits within min/max",
         )
+
+    if scale_to_zero:
+        if decision.desired_replicas == 0:
+            cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "Idle", decision.reason)
+        elif current == 0 or (
+            signals.ready_replicas == 0 and decision.state.activation_requested_time is not None
+        ):
+            cond(
+                ConditionType.SCALED_TO_ZERO,
+                ConditionStatus.FALSE,
+                "Activating",
+                f"waking from zero: {decision.reason}",
+            )
+        elif not signals.activator_available:
+            cond(
+                ConditionType.SCALED_TO_ZERO,
+                ConditionStatus.FALSE,
+                "ActivatorUnavailable",
+                "no activator is ready to hold requests: the service keeps one replica",
+            )
+        else:
+            cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Serving", decision.reason)
+    elif find_condition(conditions, ConditionType.SCALED_TO_ZERO) is not None:
+        cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Disabled", "minReplicas is 1 or more")
 
     ttft = signals.ttft_percentile_seconds
     tpot = signals.tpot_percentile_seconds if slo_tpot_seconds is not None else None
@@ -183,11 +215,49 @@ def autoscale_outcome(
     }
     if last is not None:
         autoscaling["lastDecision"] = last
+    if activation is not None:
+        autoscaling["lastActivationSeconds"] = activation.seconds
+        autoscaling["lastActivation"] = human_seconds(activation.seconds)
+        autoscaling["lastActivationTime"] = activation.time
     return AutoscaleOutcome(
         replicas=replicas,
         status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions]},
         events=events,
     )
+
+
+@dataclass(frozen=True)
+class LastActivation:
+    """The last wake from zero as the activator timed it: first held request to its first token."""
+
+    seconds: float
+    time: str  # RFC 3339
+
+
+def parse_last_activation(annotation: str | None) -> LastActivation | None:
+    """The activator's `last-activation` annotation ({"seconds": 48.2, "time": "2026-..Z"}); None when it is
+    absent or not that shape (anyone who may edit the LlamaService may write it: it is only reported)."""
+    if not annotation:
+        return None
+    try:
+        raw = json.loads(annotation)
+        seconds, time = float(raw["seconds"]), str(raw["time"])
+        datetime.fromisoformat(time.replace("Z", "+00:00"))
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not 0 <= seconds < 86_400 * 7:
+        return None
+    return LastActivation(seconds=round(seconds, 3), time=time)
+
+
+def parse_demand_time(annotation: str | None) -> float | None:
+    """Unix seconds of the activator's `activation-requested-at` annotation; None when absent or unreadable."""
+    if not annotation:
+        return None
+    try:
+        return datetime.fromisoformat(annotation.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def human_seconds(seconds: float) -> str:

@@ -31,10 +31,15 @@ def drifted(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
     """The live object is missing, or differs from the desired one in a field the operator sets."""
     if live is None:
         return True
+    # Every top-level field the operator sets: spec, or an EndpointSlice's endpoints and ports.
+    body = [key for key in desired if key not in _ENVELOPE]
     return not (
-        is_subset(desired.get("spec", {}), live.get("spec", {}))
+        all(is_subset(desired[key], live.get(key, {})) for key in body)
         and is_subset(desired["metadata"].get("labels", {}), (live.get("metadata") or {}).get("labels", {}))
     )
+
+
+_ENVELOPE = frozenset({"apiVersion", "kind", "metadata", "status"})
 
 
 # Paths under spec that others may own on an object the operator controls: the replica count (the

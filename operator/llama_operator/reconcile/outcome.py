@@ -14,7 +14,7 @@ from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_me
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
 from llama_operator.desired.labels import selector_string
-from llama_operator.desired.objects import DesiredState, build_desired_state
+from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
 
@@ -70,8 +70,11 @@ def reconcile(
     inventory: Inventory | None,
     pod_monitor: bool,
     now: datetime,
+    activator: ActivatorRoute | None = None,
+    ready_replicas: int = 0,
 ) -> ReconcileOutcome:
-    """Decide the objects and the status for a LlamaService as the API server holds it."""
+    """Decide the objects and the status for a LlamaService as the API server holds it. `activator`: where
+    a scaled-to-zero LlamaService's traffic goes while none of its `ready_replicas` serves."""
     meta = body.get("metadata") or {}
     generation = meta.get("generation")
     conditions = _conditions(body.get("status"))
@@ -102,7 +105,9 @@ def reconcile(
         }
         return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
 
-    desired = build_desired_state(svc, plan, settings, pod_monitor=pod_monitor)
+    desired = build_desired_state(
+        svc, plan, settings, pod_monitor=pod_monitor, activator=activator, ready_replicas=ready_replicas
+    )
     conditions = set_conditions(
         conditions,
         [(ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}")],

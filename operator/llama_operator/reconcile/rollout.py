@@ -37,8 +37,10 @@ def rollout_status(
     *,
     generation: int | None,
     now: datetime,
+    zero_message: str | None = None,
 ) -> dict[str, Any]:
-    """The status fields that follow the Deployment (a merge patch for the LlamaService's status)."""
+    """The status fields that follow the Deployment (a merge patch for the LlamaService's status).
+    `zero_message`: what zero replicas mean for this LlamaService, if it scales to zero."""
     conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
     degraded = find_condition(conditions, ConditionType.DEGRADED)
     if degraded is not None and degraded.status == ConditionStatus.TRUE:
@@ -74,7 +76,15 @@ def rollout_status(
         if pending is not None
         else (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
     ]
-    if rolled_out and desired > 0:
+    if rolled_out and desired == 0:
+        # At zero by choice (the autoscaler after idleness, or replicas: 0): nothing is wrong or pending.
+        phase = Phase.SCALED_TO_ZERO
+        why = "no replica: " + (zero_message or "spec.replicas is 0")
+        updates += [
+            (ConditionType.READY, ConditionStatus.FALSE, "ScaledToZero", why),
+            (ConditionType.PROGRESSING, ConditionStatus.FALSE, "ScaledToZero", why),
+        ]
+    elif rolled_out and desired > 0:
         phase = Phase.READY
         updates += [
             (ConditionType.READY, ConditionStatus.TRUE, "ReplicasReady", f"{ready}/{desired} replicas ready"),

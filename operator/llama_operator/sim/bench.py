@@ -13,7 +13,8 @@ from llama_operator.sim.fleet import SimulationResult
 from llama_operator.sim.report import RunSummary, quantile
 from llama_operator.sim.scenario import BASE_POLICIES, Scenario, ScenarioRunner, best_of_sweep
 from llama_operator.sim.targets import Targets, verdicts
-from llama_operator.sim.trace import BUNDLED_TRACES, Trace, load_trace
+from llama_operator.sim.trace import BUNDLED_TRACES, Trace
+from llama_operator.sim.tracegen import load_named
 
 Progress = Callable[[str], None]
 
@@ -169,7 +170,7 @@ def run_bench(
     figures: list[Path] = []
     targets = Targets(attainment=scenario.target_attainment)
     for name in traces:
-        trace = load_trace(name)
+        trace = load_named(name)
         bench = run_trace(scenario, trace, progress)
         rows.extend(bench.rows)
         verdict_lines.extend(verdicts(trace.name, [row.summary for row in bench.rows], bench.sweeps, targets))
@@ -198,6 +199,11 @@ def scenario_json(scenario: Scenario) -> dict[str, float | int | str]:
     tpot: dict[str, float | int | str] = (
         {} if scenario.slo_tpot_seconds is None else {"sloTpotSeconds": scenario.slo_tpot_seconds}
     )
+    if scenario.scale_to_zero_after_seconds is not None:
+        tpot |= {
+            "scaleToZeroAfterSeconds": scenario.scale_to_zero_after_seconds,
+            "activationTimeoutSeconds": scenario.activation_timeout_seconds,
+        }
     return tpot | {
         "accelerator": scenario.accelerator,
         "model": scenario.model,

@@ -6,13 +6,19 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llama_operator.sim.accelerators import ACCELERATORS, MODELS
 from llama_operator.sim.profile import load_profile
 from llama_operator.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
-from llama_operator.sim.trace import BUNDLED_TRACES, load_trace
-from llama_operator.sim.tracegen import FAMILIES
+from llama_operator.sim.trace import BUNDLED_TRACES
+from llama_operator.sim.tracegen import FAMILIES, GENERATED_TRACES, load_named
+
+if TYPE_CHECKING:
+    from llama_operator.sim.zero import ZeroReport
 
 JSON_KEYS = (
     "requests_within_slo",
@@ -77,6 +83,28 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _zero_arguments(parser: argparse.ArgumentParser, *, several: bool) -> None:
+    parser.add_argument(
+        "--scale-to-zero",
+        type=int,
+        nargs="+" if several else None,
+        default=None,
+        metavar="SECONDS",
+        help="policy slo with minReplicas 0 and this scaleToZeroAfterSeconds (an activator holds requests "
+        "while no replica is ready), compared with the same trace without it: GPU-hours saved, wakes, the "
+        "TTFT of the first requests after idle, 503s"
+        + ("; several values: one run each. Runs only that comparison" if several else ""),
+    )
+    parser.add_argument(
+        "--activation-timeout",
+        type=int,
+        default=300,
+        metavar="SECONDS",
+        help="with --scale-to-zero: activationTimeoutSeconds, how long a held request waits before a 503 "
+        "(default 300)",
+    )
+
+
 def _scenario(args: argparse.Namespace) -> Scenario:
     measured = load_profile(args.profile).replica_profile() if args.profile is not None else None
     return Scenario(
@@ -110,9 +138,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Replay a trace (Azure format CSV, or the bundled 'code' / 'conversation') against "
         "simulated vLLM replicas scaled by a policy, and report SLO attainment and GPU cost.",
     )
-    simulate.add_argument("--trace", required=True, help=f"CSV path or one of {', '.join(BUNDLED_TRACES)}")
+    simulate.add_argument(
+        "--trace", required=True, help=f"CSV path or one of {', '.join((*BUNDLED_TRACES, *GENERATED_TRACES))}"
+    )
     simulate.add_argument("--policy", required=True, choices=(*BASE_POLICIES, *TUNED_POLICIES))
     _scenario_arguments(simulate)
+    _zero_arguments(simulate, several=False)
     simulate.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate")
     simulate.add_argument("--time-scale", type=float, default=1.0, help="stretch the time axis")
     simulate.add_argument("--json", action="store_true", help="print one JSON object")
@@ -127,7 +158,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     bench.add_argument(
         "--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)"
     )
-    bench.add_argument("--traces", nargs="+", default=list(BUNDLED_TRACES), choices=list(BUNDLED_TRACES))
+    bench.add_argument(
+        "--traces",
+        nargs="+",
+        default=list(BUNDLED_TRACES),
+        choices=[*BUNDLED_TRACES, *GENERATED_TRACES],
+        help="bundled traces (default all) or generated ones (idle-hours: long idle periods)",
+    )
     bench.add_argument(
         "--family",
         choices=sorted(FAMILIES),
@@ -146,15 +183,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "within SLO per trace, frontier.md and frontier.png",
     )
     _scenario_arguments(bench)
+    _zero_arguments(bench, several=True)
     bench.set_defaults(func=run_bench_command)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    zero: ZeroReport | None = None
     try:
         scenario = _scenario(args)
-        trace = load_trace(args.trace, rate_scale=args.rate_scale, time_scale=args.time_scale)
+        trace = load_named(args.trace, rate_scale=args.rate_scale, time_scale=args.time_scale)
         runner = ScenarioRunner(scenario, trace)
-        if args.policy in TUNED_POLICIES:
+        if args.scale_to_zero is not None:
+            from llama_operator.sim.zero import compare  # noqa: PLC0415 - pulls in the bench module
+
+            if args.policy != "slo":
+                raise ValueError(f"--scale-to-zero is an option of policy slo, not of {args.policy}")
+            scenario = replace(
+                scenario,
+                scale_to_zero_after_seconds=args.scale_to_zero,
+                activation_timeout_seconds=args.activation_timeout,
+            )
+            compared = compare(scenario, trace, [args.scale_to_zero], args.activation_timeout)
+            summary, zero = compared.runs[0].summary, compared.runs[0].report
+        elif args.policy in TUNED_POLICIES:
             _, summary, _ = runner.tuned(args.policy.removesuffix("-tuned"))
         else:
             _, summary = runner.run(runner.policy(args.policy))
@@ -162,7 +213,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(summary.to_json()))
+        document: dict[str, object] = dict(summary.to_json())
+        if zero is not None:
+            document["scale_to_zero"] = zero.to_json()
+        print(json.dumps(document))
         return 0
     scaled = ""
     if args.rate_scale != 1.0 or args.time_scale != 1.0:
@@ -183,6 +237,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(f"  TPOT p50/p95 (per request) {summary.tpot_p50 * 1000:.1f}ms / {summary.tpot_p95 * 1000:.1f}ms")
     if summary.requests_within_tpot_slo is not None:
         print(f"  requests within TPOT SLO   {summary.requests_within_tpot_slo:.2%}")
+    if zero is not None:
+        for line in zero.lines():
+            print(line)
     return 0
 
 
@@ -194,6 +251,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.scale_to_zero is not None:
+        try:
+            return run_zero_bench(args, _scenario(args), progress, started)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.family is not None or args.frontier:
         from llama_operator.sim.family import run_family_command  # noqa: PLC0415 - pulls in plotting
 
@@ -219,5 +282,60 @@ def run_bench_command(args: argparse.Namespace) -> int:
     print(
         f"table: {args.out / 'table.md'}, targets: {args.out / 'targets.md'}, results: {args.out / 'results.json'}"
     )
+    print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def run_zero_bench(
+    args: argparse.Namespace, scenario: Scenario, progress: Callable[[str], None], started: float
+) -> int:
+    """`bench --scale-to-zero SECONDS...`: policy slo with and without scale to zero on --traces (or the
+    traces of --family); table.md, results.json and zero-<trace>.png into --out."""
+    from llama_operator.sim.family import BUNDLED_DESCRIPTIONS, family_traces  # noqa: PLC0415
+    from llama_operator.sim.zero import compare, write_zero, zero_table  # noqa: PLC0415 - plotting
+
+    if args.frontier:
+        raise ValueError("--scale-to-zero and --frontier do not go together")
+    zero = replace(
+        scenario,
+        scale_to_zero_after_seconds=args.scale_to_zero[0],
+        activation_timeout_seconds=args.activation_timeout,
+    )
+    for after in args.scale_to_zero[1:]:
+        replace(zero, scale_to_zero_after_seconds=after)  # checks each setting before the first run
+    if args.family is not None:
+        traces = family_traces(args.family, args.minutes, args.only)
+    else:
+        traces = [
+            (
+                load_named(name),
+                GENERATED_TRACES[name].description
+                if name in GENERATED_TRACES
+                else BUNDLED_DESCRIPTIONS.get(name, name),
+            )
+            for name in args.traces
+        ]
+    compared = []
+    for trace, description in traces:
+        progress(f"[{trace.name}] {len(trace.requests)} requests over {trace.duration / 60:.0f} min")
+        compared.append(
+            compare(
+                zero,
+                trace,
+                args.scale_to_zero,
+                args.activation_timeout,
+                progress=progress,
+                description=description,
+            )
+        )
+    files = write_zero(compared, zero, args.out)
+    print(zero_table([run.report for traced in compared for run in traced.runs]))
+    print()
+    for traced in compared:
+        for run in traced.runs:
+            for line in run.report.lines():
+                print(line)
+    for path in files:
+        print(f"wrote {path}")
     print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
     return 0

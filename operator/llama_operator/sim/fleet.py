@@ -4,7 +4,15 @@ Events: request arrivals (from the trace), replica step ends, replicas becoming 
 cold start, and a 1 s tick that snapshots the fleet's metrics and, on the policy's interval, asks
 the policy for a replica count. Requests go to the least-loaded ready replica; removed replicas
 (starting ones first, then the least loaded) stop receiving requests and drain what they hold.
-A replica costs GPU time from its creation (the cold start holds the GPU) to its removal."""
+A replica costs GPU time from its creation (the cold start holds the GPU) to its removal.
+
+Scale to zero (`FleetConfig.activation_timeout_seconds` set): an activator stands in front of the fleet
+while no replica is ready, as the operator's does. It holds the requests that arrive then (their TTFT
+clock runs; vLLM's own TTFT histogram starts when the request is forwarded), reports the latest arrival
+it holds to the policy at each evaluation (`Signals.demand_time`, with `activator_available`), hands what
+it holds to the first replica that becomes ready, and answers 503 to a request held longer than the
+activation timeout. The policy may then remove the last replica; at zero the fleet costs nothing and the
+policy sees no metrics, as the operator would."""
 
 from __future__ import annotations
 
@@ -47,6 +55,9 @@ class FleetConfig:
     profile: ReplicaProfile
     cold_start_seconds: float = 40.0
     scrape_interval: int = 5
+    # Scale to zero: an activator holds requests while no replica is ready, for at most this long
+    # (then 503), and the fleet may go to zero replicas. None: no activator, at least one replica.
+    activation_timeout_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +80,10 @@ class SimulationResult:
     end_time: float
     price_per_hour: float
     notes: list[str] = field(default_factory=list)
+    # Scale to zero: every request the activator held (arrived while no replica was ready), and those of
+    # them it answered 503 after the activation timeout (no first token; `dropped_time` set).
+    held: list[SimRequest] = field(default_factory=list)
+    dropped: list[SimRequest] = field(default_factory=list)
 
     def gpu_seconds(self) -> float:
         return sum(
@@ -98,6 +113,10 @@ class Fleet:
         self.arrivals = 0
         self.completed = 0
         self.scaling_events: list[ScalingEvent] = []
+        # The activator (scale to zero): what it held, what it answered 503, the demand it last reported.
+        self.activator = config.activation_timeout_seconds is not None
+        self.held: list[SimRequest] = []
+        self.dropped: list[SimRequest] = []
         for _ in range(max(1, initial)):
             self.replicas.append(Replica(len(self.replicas), config.profile, 0.0, 0.0))
 
@@ -116,7 +135,11 @@ class Fleet:
             if replica.phase is Phase.READY and replica.load < best:
                 target, best = replica, replica.load
         if target is None:
+            # No ready replica: the Service has no endpoint (or, with scale to zero, the activator holds
+            # it). A request handed on by `become_ready` always finds the replica that became ready.
             self.unrouted.append(request)
+            if self.activator:
+                self.held.append(request)
             return
         self._enqueue(target, request, now)
 
@@ -150,24 +173,47 @@ class Fleet:
         if result.inter_token_count:
             self.itl.observe(result.inter_token_seconds, result.inter_token_count)
         for request in result.first_tokens:
-            self.histogram.observe(request.first_token_time - request.arrival)
+            # vLLM's TTFT starts when the request reaches it: after the activator's hold, if any.
+            forwarded = request.forwarded_time
+            start = request.arrival if math.isnan(forwarded) else forwarded  # NaN: not held
+            self.histogram.observe(request.first_token_time - start)
         self.first_tokens += len(result.first_tokens)
         self.completed += len(result.finished)
         for request in result.finished:
             self.prompts.observe(request.prompt_tokens)
 
+    def expire_held(self, now: float) -> None:
+        """The activator answers 503 to the requests it has held for the activation timeout."""
+        timeout = self.config.activation_timeout_seconds
+        if timeout is None:
+            return
+        unrouted = self.unrouted
+        while unrouted and unrouted[0].arrival + timeout <= now:
+            request = unrouted.popleft()
+            request.dropped_time = request.arrival + timeout
+            self.dropped.append(request)
+
+    @property
+    def demand_time(self) -> float | None:
+        """What the activator reports: the latest arrival among the requests it holds (None: none held)."""
+        return self.unrouted[-1].arrival if self.activator and self.unrouted else None
+
     def become_ready(self, replica: Replica, now: float) -> None:
         if replica.phase is not Phase.STARTING:
             return
         replica.phase = Phase.READY
+        self.expire_held(now)
         while self.unrouted:
             request = self.unrouted.popleft()
+            if self.activator:
+                request.forwarded_time = now
             self.arrivals -= 1  # counted when it first arrived
             self.route(request, now)
 
     # -- actuation ---------------------------------------------------------------------------
     def scale_to(self, desired: int, now: float) -> None:
-        desired = max(1, desired)
+        # Zero replicas only with an activator to hold what arrives.
+        desired = max(0 if self.activator else 1, desired)
         live = self.live()
         if desired == len(live):
             return
@@ -246,17 +292,25 @@ def simulate(
     next_arrival = 0
     tick = 0
     now = 0.0
-    while fleet.completed < total:
+    while fleet.completed + len(fleet.dropped) < total:
         arrival_time = requests[next_arrival].arrival if next_arrival < total else math.inf
         event_time = events[0][0] if events else math.inf
         if tick <= arrival_time and tick <= event_time:
             now = float(tick)
+            if fleet.activator:
+                fleet.expire_held(now)
             view.record(fleet.snapshot(now))
             if tick % interval == 0:
                 live = fleet.live()
                 view.current_replicas = len(live)
                 view.ready_replicas = sum(1 for r in live if r.phase is Phase.READY)
                 view.starting_replicas = len(live) - view.ready_replicas
+                if fleet.activator:
+                    # The activator re-reports while it holds a request; the operator keeps the latest.
+                    view.activator_available = True
+                    demand = fleet.demand_time
+                    if demand is not None:
+                        view.demand_time = demand
                 fleet.scale_to(policy.evaluate(view, now), now)
             if progress is not None and tick % 600 == 0:
                 progress(now)
@@ -284,4 +338,6 @@ def simulate(
         snapshots=view.snapshots,
         end_time=end,
         price_per_hour=config.profile.accelerator.price_per_hour,
+        held=fleet.held,
+        dropped=fleet.dropped,
     )

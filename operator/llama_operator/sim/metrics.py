@@ -3,13 +3,14 @@ and cumulative counters (summed over the replicas), read back as Prometheus woul
 
 Prometheus only sees the snapshots on its scrape grid; a window query uses the newest scrape at or
 before `now` and the newest at or before `now - window`, so every signal lags as it would in
-production. Replica counts come from the Kubernetes API, which is current."""
+production. Replica counts come from the Kubernetes API, which is current, and so is what an activator
+reports (scale to zero: the latest request it holds, and that it is there to hold one)."""
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llama_operator.autoscale.signals import (
     VLLM_ITL_BUCKETS,
@@ -94,6 +95,9 @@ class MetricsView:
         self.current_replicas = 0
         self.ready_replicas = 0
         self.starting_replicas = 0
+        # Scale to zero: the activator's latest report of a held request, and whether one is running.
+        self.demand_time: float | None = None
+        self.activator_available = False
 
     def record(self, snapshot: FleetSnapshot) -> None:
         self.snapshots.append(snapshot)
@@ -109,7 +113,14 @@ class MetricsView:
         return self._scrape_at(now)
 
     def signals(self, now: float, window: float, percentile: float) -> Signals:
-        """The `Signals` the operator's PromQL would return at `now` over `window`."""
+        """The `Signals` the operator's PromQL would return at `now` over `window` (with what the
+        activator reported, when there is one)."""
+        signals = self._prometheus_signals(now, window, percentile)
+        if not self.activator_available and self.demand_time is None:
+            return signals
+        return replace(signals, demand_time=self.demand_time, activator_available=self.activator_available)
+
+    def _prometheus_signals(self, now: float, window: float, percentile: float) -> Signals:
         latest = self._scrape_at(now)
         earlier = self._scrape_at(now - window)
         if latest is None or latest.ready == 0:

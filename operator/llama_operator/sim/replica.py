@@ -39,6 +39,10 @@ class SimRequest:
     prefill_left: int
     first_token_time: float = math.nan
     finish_time: float = math.nan
+    # Scale to zero: when the activator forwarded it to the first ready replica, after holding it (vLLM's
+    # own TTFT counts from there), or gave up on it (503 after activationTimeoutSeconds); NaN otherwise.
+    forwarded_time: float = math.nan
+    dropped_time: float = math.nan
 
 
 @dataclass(slots=True, eq=False)

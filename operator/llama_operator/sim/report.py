@@ -14,13 +14,17 @@ WINDOW_SECONDS = 60.0
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (q in 0..1) of already sorted values; NaN when empty."""
+    """Linear-interpolated quantile (q in 0..1) of already sorted values; NaN when empty. Values may end
+    in infinities (a request answered 503): a quantile that falls on one is infinite."""
     if not sorted_values:
         return math.nan
     position = q * (len(sorted_values) - 1)
     low = math.floor(position)
     high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+    lower, upper = sorted_values[low], sorted_values[high]
+    if position == low or lower == upper:
+        return lower
+    return lower + (upper - lower) * (position - low)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +69,22 @@ def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
 def summarize(
     result: SimulationResult, slo_seconds: float, percentile: float, tpot_slo_seconds: float | None = None
 ) -> RunSummary:
+    # A request the activator answered 503 (scale to zero) has no TTFT (NaN): a miss, outside the
+    # TTFT and TPOT percentiles, an infinite TTFT in its window.
     ttfts = [r.first_token_time - r.arrival for r in result.requests]
     tpots = sorted(
         (r.finish_time - r.first_token_time) / (r.output_tokens - 1)
         for r in result.requests
-        if r.output_tokens > 1
+        if r.output_tokens > 1 and not math.isnan(r.finish_time)
     )
     within_tpot = None
     if tpot_slo_seconds is not None:
         within_tpot = sum(1 for t in tpots if t <= tpot_slo_seconds) / len(tpots) if tpots else 1.0
-    ordered = sorted(ttfts)
+    ordered = sorted(t for t in ttfts if not math.isnan(t)) if result.dropped else sorted(ttfts)
     within = sum(1 for t in ttfts if t <= slo_seconds) / len(ttfts) if ttfts else 1.0
     by_window: dict[int, list[float]] = defaultdict(list)
     for request, ttft in zip(result.requests, ttfts, strict=True):
-        by_window[int(request.arrival // WINDOW_SECONDS)].append(ttft)
+        by_window[int(request.arrival // WINDOW_SECONDS)].append(math.inf if math.isnan(ttft) else ttft)
     windows_ok = sum(
         1 for values in by_window.values() if quantile(sorted(values), percentile / 100.0) <= slo_seconds
     )

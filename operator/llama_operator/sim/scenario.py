@@ -53,22 +53,54 @@ class Scenario:
     # The share of requests the benchmark asks to be within the objective (the "99 %"); it
     # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
     target_attainment: float = 0.99
+    # Scale to zero, an option of policy slo: minReplicas 0 with this scaleToZeroAfterSeconds, and an
+    # activator that holds requests while no replica is ready, answering 503 after
+    # activationTimeoutSeconds. None: at least min_replicas (>= 1) replicas, no activator.
+    scale_to_zero_after_seconds: int | None = None
+    activation_timeout_seconds: int = 300
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target_attainment <= 1.0:
             raise ValueError(f"target attainment must be in (0, 1], got {self.target_attainment:g}")
+        if self.min_replicas < 1:
+            raise ValueError(
+                f"min replicas must be at least 1, got {self.min_replicas}; for minReplicas 0 set "
+                "scale_to_zero_after_seconds (--scale-to-zero SECONDS)"
+            )
+        after = self.scale_to_zero_after_seconds
+        if after is not None:
+            if not 0 <= after <= 86_400:
+                raise ValueError(f"scale to zero after must be 0-86400 s, got {after}")
+            if not 1 <= self.activation_timeout_seconds <= 3600:
+                raise ValueError(
+                    f"activation timeout must be 1-3600 s, got {self.activation_timeout_seconds}"
+                )
+
+    @property
+    def scale_to_zero(self) -> bool:
+        return self.scale_to_zero_after_seconds is not None
 
     def spec(self) -> AutoscalingSpec:
+        slo = SLOSpec(
+            ttft_seconds=self.slo_ttft_seconds,
+            tpot_seconds=self.slo_tpot_seconds,
+            percentile=self.percentile,
+            queue_depth_per_replica=self.queue_depth_per_replica,
+        )
+        if self.scale_to_zero_after_seconds is not None:
+            return AutoscalingSpec(
+                min_replicas=0,
+                max_replicas=self.max_replicas,
+                scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
+                slo=slo,
+                scale_to_zero_after_seconds=self.scale_to_zero_after_seconds,
+                activation_timeout_seconds=self.activation_timeout_seconds,
+            )
         return AutoscalingSpec(
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
             scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
-            slo=SLOSpec(
-                ttft_seconds=self.slo_ttft_seconds,
-                tpot_seconds=self.slo_tpot_seconds,
-                percentile=self.percentile,
-                queue_depth_per_replica=self.queue_depth_per_replica,
-            ),
+            slo=slo,
         )
 
     def plan(self) -> Plan | None:
@@ -92,6 +124,7 @@ class Scenario:
             profile=profile,
             cold_start_seconds=self.cold_start_seconds,
             scrape_interval=self.scrape_interval,
+            activation_timeout_seconds=float(self.activation_timeout_seconds) if self.scale_to_zero else None,
         )
 
 
@@ -142,6 +175,8 @@ class ScenarioRunner:
 
     def policy(self, name: str, target: float | None = None) -> SimPolicy:
         spec = self.scenario.spec()
+        if self.scenario.scale_to_zero and name != "slo":
+            raise ValueError(f"scale to zero is an option of policy slo, not of {name}")
         if name == "slo":
             if self.scenario.measured is not None:
                 prior: float | None = self.scenario.measured.prefill_tokens_per_second
@@ -152,7 +187,9 @@ class ScenarioRunner:
                 # The replicas run the planner's engine (its chunk): the prior is the plan's, as in the
                 # operator (status.plan.prefillTokensPerSecond).
                 prior = plan.prefill_tokens_per_second
-            return SloPolicy(spec, capacity_prior=prior, plan=plan)
+            after = self.scenario.scale_to_zero_after_seconds
+            label = "slo" if after is None else f"slo+zero(after={after}s)"
+            return SloPolicy(spec, capacity_prior=prior, plan=plan, name=label)
         if name == "hpa":
             return HpaPolicy(spec, target, name="hpa" if target is None else f"hpa(target={target:g})")
         if name == "keda":

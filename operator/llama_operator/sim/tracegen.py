@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from llama_operator.sim.trace import Trace, TraceRequest
+from llama_operator.sim.trace import Trace, TraceRequest, load_trace
 
 GRID_SECONDS = 1.0  # the rate profile is piecewise constant on this grid
 
@@ -370,11 +370,43 @@ DEV_FAMILY: tuple[TraceSpec, ...] = (
 
 FAMILIES: dict[str, tuple[TraceSpec, ...]] = {"dev": DEV_FAMILY}
 
+# Traces for scale to zero (`bench --scale-to-zero`), outside the family (whose figures they would move):
+# the family's idle periods last minutes, below the default scaleToZeroAfterSeconds of 600.
+IDLE_HOURS = TraceSpec(
+    "idle-hours",
+    201,
+    8 * 60,
+    1.5,
+    CHAT,
+    CHAT_OUT,
+    diurnal=(Diurnal(8 * 60 * MIN, 0.5),),
+    on_off=OnOff(40 * MIN, 60 * MIN, jitter=0.5),
+    description="a working day in 8 hours: 20-60 minutes of chat traffic between idle hours",
+)
+GENERATED_TRACES: dict[str, TraceSpec] = {IDLE_HOURS.name: IDLE_HOURS}
+
 
 def family(name: str) -> tuple[TraceSpec, ...]:
     if name not in FAMILIES:
         raise ValueError(f"unknown trace family {name!r}; known: {', '.join(FAMILIES)}")
     return FAMILIES[name]
+
+
+def load_named(source: str, rate_scale: float = 1.0, time_scale: float = 1.0) -> Trace:
+    """A generated trace by name (GENERATED_TRACES), or a bundled one or a CSV file (`load_trace`);
+    `rate_scale` and `time_scale` as in `parse_trace`."""
+    if source not in GENERATED_TRACES:
+        return load_trace(source, rate_scale, time_scale)
+    if rate_scale <= 0 or time_scale <= 0:
+        raise ValueError("rate_scale and time_scale must be positive")
+    trace = generate(GENERATED_TRACES[source])
+    if rate_scale == 1.0 and time_scale == 1.0:
+        return trace
+    factor = time_scale / rate_scale
+    return Trace(
+        trace.name,
+        tuple(TraceRequest(r.arrival * factor, r.prompt_tokens, r.output_tokens) for r in trace.requests),
+    )
 
 
 def head(trace: Trace, minutes: float) -> Trace:
