@@ -267,3 +267,56 @@ def test_operator_works_with_the_charts_service_account(
         assert "Forbidden" not in proc.log.read_text(), proc.tail()
     finally:
         proc.stop()
+
+
+def test_the_activator_renders_with_its_rbac_and_reaches_the_operators_config(cluster: Cluster) -> None:
+    done = helm(
+        cluster,
+        "template",
+        "x",
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        "llama-system",
+        "--set",
+        "activator.enabled=true",
+        "--set",
+        "watchNamespaces=team-a",
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    by_kind_name = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in docs}
+    name = "x-llama-operator-activator"
+    activator = by_kind_name[("Deployment", name, "llama-system")]
+    operator = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] != name)
+    # Two replicas (stateless), selectors that never overlap the operator's own pods.
+    assert activator["spec"]["replicas"] == 2
+    ours, theirs = operator["spec"]["selector"]["matchLabels"], activator["spec"]["selector"]["matchLabels"]
+    assert ours.items() - theirs.items() and theirs.items() - ours.items()
+    container = activator["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][0] == "activator"
+    # The operator follows the activator's endpoints in the release namespace: it watches that one too.
+    assert [a for a in container["args"] if a.startswith("--namespace=")] == [
+        "--namespace=team-a",
+        "--namespace=llama-system",
+    ]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["activatorService"] == name and config["activatorNamespace"] == "llama-system"
+    service = by_kind_name[("Service", name, "llama-system")]
+    assert service["spec"]["selector"] == theirs
+    assert {p["name"] for p in service["spec"]["ports"]} == {"http", "metrics"}
+    assert ("PodDisruptionBudget", name, "llama-system") in by_kind_name
+    # Its RBAC: read LlamaServices and EndpointSlices, patch LlamaServices (two annotations), nothing else.
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["llama-system", "team-a"]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in roles[0]["rules"]}
+    assert rules == {
+        (("serving.llama-operator.dev",), ("llamaservices",)): {"get", "list", "watch", "patch"},
+        (("discovery.k8s.io",), ("endpointslices",)): {"get", "list", "watch"},
+    }
+    operator_rules = [
+        r
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["name"] == "x-llama-operator"
+        for r in d["rules"]
+    ]
+    assert any("endpointslices" in r["resources"] and "create" in r["verbs"] for r in operator_rules)

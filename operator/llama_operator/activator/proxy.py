@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 
 import aiohttp
@@ -158,6 +159,7 @@ class Activator:
                     return await self._forward(request, body, key, endpoint, held_since=started)
                 remaining = started + timeout - time.monotonic()
                 if remaining <= 0:
+                    self._end_wake(key, started)
                     self.metrics.requests.labels(outcome="timed_out").inc()
                     retry = retry_after_seconds(timeout)
                     return web.json_response(
@@ -178,6 +180,7 @@ class Activator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(change.wait(), min(remaining, self.demand_interval))
         except asyncio.CancelledError:
+            self._end_wake(key, started)
             self.metrics.requests.labels(outcome="client_gone").inc()
             raise
         finally:
@@ -230,6 +233,11 @@ class Activator:
             return response
         finally:
             await upstream_cm.__aexit__(None, None, None)
+
+    def _end_wake(self, key: ServiceKey, started: float) -> None:
+        """A held request that gives up (timeout, client gone) no longer dates the wake: a later one does."""
+        if self.waking.get(key) == started:
+            del self.waking[key]
 
     def _first_token(self, key: ServiceKey, held_since: float | None) -> None:
         """The first token of a held request ends the wake it belongs to: time it from the wake's first held
@@ -300,8 +308,15 @@ async def serve(
         await web.TCPSite(runner, address, listen_port).start()
         runners.append(runner)
     log.info("activator: proxy on %s:%d, metrics and probes on :%d", address, port, admin_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
+        # SIGTERM (after the pod's preStop, when it is out of every EndpointSlice): stop accepting, let
+        # held and streaming requests finish within the runner's shutdown timeout.
+        log.info("activator: stopping; waiting for requests in flight")
     finally:
         for runner in runners:
             await runner.cleanup()
