@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,17 @@ def _holder(cluster: Cluster, lease: str) -> str:
     return str((obj.get("spec") or {}).get("holderIdentity") or "")
 
 
+def _metric(proc: OperatorProcess, name: str) -> float:
+    """The sum of a metric's series on one operator's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((f"{name} ", f"{name}{{"))
+    )
+
+
 def test_one_leader_and_a_fast_takeover(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     lease = f"e2e-leader-{uuid.uuid4().hex[:6]}"
     env = {"LLAMA_OPERATOR_LEADER_ELECTION_LEASE": lease, "LLAMA_OPERATOR_POD_MONITOR": "never"}
@@ -249,6 +261,14 @@ def test_one_leader_and_a_fast_takeover(cluster: Cluster, namespace: str, tmp_pa
             "the leader's log of its writes", lambda: "reconciled " in leader.log.read_text() or None, 10
         )
         assert "reconciled " not in standby.log.read_text(), "the standby wrote too"
+        # Its own counters say the same: no API write and no autoscaler cycle on the standby.
+        # (The leader gauge follows the heartbeat, every 5 s.)
+        eventually("the leader gauge", lambda: _metric(leader, "llama_operator_leader") == 1, 15)
+        assert _metric(standby, "llama_operator_leader") == 0
+        assert _metric(leader, "llama_operator_object_writes_total") > 0
+        assert _metric(standby, "llama_operator_object_writes_total") == 0, "writes doubled"
+        assert _metric(standby, "llama_operator_autoscaler_cycle_duration_seconds_count") == 0
+        assert _metric(leader, "llama_operator_autoscaler_cycle_duration_seconds_count") > 0
 
         assert leader.proc is not None
         killed = time.monotonic()

@@ -10,7 +10,7 @@ from typing import Any
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import decide
-from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.autoscale.signals import Signals
 from llama_operator.reconcile.autoscaling import (
     AutoscaleOutcome,
     autoscale_outcome,
@@ -18,27 +18,10 @@ from llama_operator.reconcile.autoscaling import (
     parse_last_activation,
 )
 from llama_operator.reconcile.drift import drifted
+from tests.autoscale.test_policy_zero import idle
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 SPEC = AutoscalingSpec(min_replicas=0, scale_to_zero_after_seconds=60)
-
-
-def idle(replicas: int, **changes: Any) -> Signals:
-    base = Signals(
-        status=SignalStatus.IDLE,
-        ttft_percentile_seconds=None,
-        queue_waiting_total=0.0,
-        running_total=0.0,
-        kv_cache_usage=0.0,
-        request_rate=0.0,
-        prompt_token_rate=0.0,
-        generation_token_rate=0.0,
-        ready_replicas=replicas,
-        starting_replicas=0,
-        current_replicas=replicas,
-        activator_available=True,
-    )
-    return replace(base, **changes)
 
 
 def outcome(
