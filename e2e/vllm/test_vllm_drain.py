@@ -56,12 +56,14 @@ def stream(url: str, results: list[dict[str, Any]], index: int, started: threadi
             "max_tokens": TOKENS,
             "ignore_eos": True,
             "stream": True,
+            # The token count comes with the last chunk: a busy server sends several tokens per chunk.
+            "stream_options": {"include_usage": True},
         }
     ).encode()
     request = urllib.request.Request(
         f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
     )
-    chunks, finish, done = 0, None, False
+    chunks, tokens, finish, done = 0, 0, None, False
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             for raw in response:
@@ -71,14 +73,23 @@ def stream(url: str, results: list[dict[str, Any]], index: int, started: threadi
                 if line == "data: [DONE]":
                     done = True
                     break
-                choice = json.loads(line[6:])["choices"][0]
+                event = json.loads(line[6:])
+                tokens = int((event.get("usage") or {}).get("completion_tokens") or tokens)
+                if not event.get("choices"):
+                    continue
                 chunks += 1
                 started.set()
-                finish = choice.get("finish_reason") or finish
+                finish = event["choices"][0].get("finish_reason") or finish
     except Exception as exc:  # a dropped stream: recorded, judged below
-        results[index] = {"chunks": chunks, "finish": finish, "done": False, "error": repr(exc)}
+        results[index] = {
+            "chunks": chunks,
+            "tokens": tokens,
+            "finish": finish,
+            "done": False,
+            "error": repr(exc),
+        }
         return
-    results[index] = {"chunks": chunks, "finish": finish, "done": done, "error": None}
+    results[index] = {"chunks": chunks, "tokens": tokens, "finish": finish, "done": done, "error": None}
 
 
 def test_sigterm_drains_every_stream(tmp_path: Path) -> None:
@@ -138,7 +149,7 @@ def test_sigterm_drains_every_stream(tmp_path: Path) -> None:
         drained = time.monotonic() - signalled
         server.proc.wait(timeout=timeout + 30)
         finished = [
-            r for r in results if r.get("done") and r.get("finish") == "length" and r["chunks"] >= TOKENS // 2
+            r for r in results if r.get("done") and r.get("finish") == "length" and r.get("tokens") == TOKENS
         ]
         print(
             f"\n{len(finished)}/{STREAMS} streams finished after SIGTERM (shutdown timeout {timeout}s), "

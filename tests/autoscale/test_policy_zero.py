@@ -174,3 +174,14 @@ def test_load_after_waking_is_sized_as_usual() -> None:
     heavy = replace(busy(), request_rate=4.0, prompt_token_rate=8000.0, running_total=4.0)
     decision = decide(SPEC, heavy, state, 100.0)
     assert decision.desired_replicas > 1
+
+
+def test_a_woken_replica_finds_the_held_backlog_its_to_drain_but_a_first_start_does_not() -> None:
+    starting = replace(
+        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1), activator_available=True
+    )
+    woken = decide(SPEC, starting, AutoscalerState(activation_requested_time=10.0), 20.0)
+    assert woken.state.last_starting_time == 20.0
+    # A service's first replica (no wake): a queue seen once it serves is new load, sized at once.
+    first = decide(SPEC, starting, AutoscalerState(), 20.0)
+    assert first.state.last_starting_time is None

@@ -115,14 +115,18 @@ def decide(
             desired_replicas=desired,
             reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
             # A breach is only persistent while it is seen: the outage restarts its clock. So is idleness.
-            # A replica starting (a wake from zero among them: no pod, no metrics yet) is recorded as
-            # such, so the queue it finds on joining (the requests the activator held) is its to drain.
+            # A replica woken from zero (no pod had metrics) is recorded as starting, so the queue it finds
+            # on joining (the requests the activator held) is its to drain, as after any scale-up.
             state=state.model_copy(
                 update={
                     "no_data_since": since,
                     "slo_breach_since": None,
                     "idle_since": None,
-                    "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
+                    "last_starting_time": (
+                        now
+                        if signals.starting_replicas > 0 and state.activation_requested_time is not None
+                        else state.last_starting_time
+                    ),
                 }
             ),
             needed_replicas=None,
