@@ -201,3 +201,18 @@ class OperatorProcess:
         return (
             "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
         )
+
+    def tracebacks(self) -> list[str]:
+        """Every traceback in the log, each with the log line that announced it (the failure message of a
+        test that expects none: a tail of a verbose log rarely reaches back to it)."""
+        if not self.log.exists():
+            return []
+        lines = self.log.read_text(errors="replace").splitlines()
+        found = []
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback"):
+                end = i + 1
+                while end < len(lines) and not lines[end].startswith("["):  # until the next log record
+                    end += 1
+                found.append("\n".join(lines[max(0, i - 1) : end]))
+        return found

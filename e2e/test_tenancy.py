@@ -175,7 +175,7 @@ def test_name_collision_takes_over_nothing(
     after = {kind: fingerprint(cluster, kind, "cache", namespace) for kind in OWNED_KINDS}
     assert after == before, "a foreign object was changed"
     assert not any("llama-operator" in m for fp in after.values() for m in fp[3])
-    assert "Traceback" not in tenant_operator.log.read_text(), tenant_operator.tail()
+    assert not (errors := tenant_operator.tracebacks()), "\n\n".join(errors)
 
 
 def test_a_freed_name_is_then_created(

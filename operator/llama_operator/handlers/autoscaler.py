@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.resource import InvalidSpecError, parse_spec
@@ -63,6 +64,7 @@ class CycleReport:
     queries: int = 0
     replica_writes: int = 0
     status_writes: int = 0
+    failures: int = 0  # services whose write failed (decided again next cycle)
 
 
 @dataclass
@@ -137,26 +139,34 @@ def autoscale_cycle(
     report.queries = source.queries - sent
     ready = activator_route(indexes.endpoint_slices) is not None
     for key, body, deployment, view in services:
-        with memory.written.writer(key):
-            _autoscale_one(
-                memo,
-                memory,
-                report,
-                key=key,
-                body=body,
-                deployment=deployment,
-                view=view,
-                signals=signals,
-                error=error,
-                now=now,
-                ready=ready,
-            )
+        # One service's failed write (a conflict, a Deployment re-created meanwhile, a timeout) must not
+        # cost the others their decision this cycle: it is logged, and the next cycle decides again.
+        try:
+            with memory.written.writer(key):
+                _autoscale_one(
+                    memo,
+                    memory,
+                    report,
+                    key=key,
+                    body=body,
+                    deployment=deployment,
+                    view=view,
+                    signals=signals,
+                    error=error,
+                    now=now,
+                    ready=ready,
+                )
+        except ApiException as err:
+            report.failures += 1
+            metrics.api_error("unknown", err.status)
+            log.warning("autoscaler: %s/%s: %s %s; deciding again next cycle", *key, err.status, err.reason)
     log.debug(
-        "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes",
+        "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes, %d failed",
         report.services,
         report.queries,
         report.replica_writes,
         report.status_writes,
+        report.failures,
     )
     return report
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import (
@@ -36,6 +37,9 @@ from llama_operator.reconcile.execution import retry_delay_seconds
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+# The API server unreachable or slow (a dropped connection, a timeout, a restart): retried like an API
+# error, with one warning line and no traceback (a traceback is kept for what is a bug).
+TRANSIENT_ERRORS = (TransportError, ConnectionError, TimeoutError)
 
 
 class Controller:
@@ -103,6 +107,12 @@ class Controller:
                 log.warning(
                     "reconcile %s/%s: %s %s; retrying in %.0fs", *key, err.status, err.reason, requeue
                 )
+            except TRANSIENT_ERRORS as err:
+                self.memo.metrics.api_error("unknown", type(err).__name__)
+                requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
+                log.warning(
+                    "reconcile %s/%s: API server unreachable (%s); retrying in %.0fs", *key, err, requeue
+                )
             except Exception:
                 requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)
                 log.exception("reconcile %s/%s failed; retrying in %.0fs", *key, requeue)
@@ -142,6 +152,14 @@ class Controller:
                     functools.partial(
                         autoscale_cycle, self.memo, self.indexes, self.autoscaler_memory, now=time.time()
                     ),
+                )
+            except ApiException as err:
+                self.memo.metrics.api_error("unknown", err.status)
+                log.warning("autoscaler cycle: %s %s; next cycle in %.0fs", err.status, err.reason, interval)
+            except TRANSIENT_ERRORS as err:
+                self.memo.metrics.api_error("unknown", type(err).__name__)
+                log.warning(
+                    "autoscaler cycle: API server unreachable (%s); next cycle in %.0fs", err, interval
                 )
             except Exception:
                 log.exception("autoscaler cycle failed; next cycle in %.0fs", interval)

@@ -1,0 +1,183 @@
+"""One autoscaler cycle for many LlamaServices (issue 13): a write that fails for one service (a conflict, a
+Deployment re-created meanwhile) is logged and leaves the others' decisions untouched; a cycle where
+nothing changed writes nothing. No cluster: the API edge records the writes it is asked for and refuses the
+ones the test names, as the API server would (an ApiException with the status code)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from llama_operator.api.settings import Settings
+from llama_operator.autoscale.promql import ServiceKey, ServiceView
+from llama_operator.autoscale.signals import Signals
+from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
+from llama_operator.handlers.reconciler import Indexes
+from llama_operator.infra.metrics import OperatorMetrics
+
+NOW = 1_800_000_000.0
+
+
+class RecordingKube:
+    """The Kube edge's write methods the autoscaler calls; `refuse` names the Deployments whose replica
+    write the API server answers with 409."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        self.refuse = refuse
+        self.replicas: dict[str, int] = {}
+        self.status_writes: list[str] = []
+        self.bodies: dict[str, dict[str, Any]] = {}  # the index's LlamaServices, by name
+
+    def apply(self, manifest: Mapping[str, Any], *, field_manager: str, uid: str) -> dict[str, Any]:
+        name = manifest["metadata"]["name"]
+        if name in self.refuse:
+            raise ApiException(status=409, reason="Conflict")
+        self.replicas[name] = manifest["spec"]["replicas"]
+        return dict(manifest)
+
+    def patch_llamaservice_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self.status_writes.append(name)
+        # The API server merges the patch and bumps the version; the watch brings it to the index.
+        body = self.bodies[name]
+        body["status"] = merged(body["status"], status)
+        body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        return {"metadata": dict(body["metadata"]), "status": body["status"]}
+
+    def post_event(self, involved: Mapping[str, Any], **_: Any) -> None:
+        pass
+
+
+def merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386): objects merge, null deletes, anything else replaces."""
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class NoMetrics:
+    """A Prometheus that answers every batched query with nothing (pods still loading)."""
+
+    queries = 0
+
+    def fetch(self, views: Mapping[ServiceKey, ServiceView], *, window_seconds: float) -> dict[str, Signals]:
+        self.queries += 1
+        return {}
+
+
+def service(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.llama-operator.dev/v1alpha1",
+        "kind": "LlamaService",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+            "accelerator": {"type": "a10g"},
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+        },
+        "status": {},
+    }
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "uid": f"deploy-{name}",
+            "ownerReferences": [
+                {
+                    "apiVersion": "serving.llama-operator.dev/v1alpha1",
+                    "kind": "LlamaService",
+                    "uid": f"uid-{name}",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"replicas": replicas},
+        "status": {"readyReplicas": replicas},
+    }
+
+
+def indexes(names: list[str], replicas: int, kube: RecordingKube) -> Indexes:
+    kube.bodies = {n: service(n) for n in names}
+
+    def index(content: dict[Any, list[dict[str, Any]]]) -> Any:
+        return cast("kopf.Index[Any, dict[str, Any]]", content)
+
+    return Indexes(
+        llamaservices=index({("team", n): [kube.bodies[n]] for n in names}),
+        nodes=index({}),
+        pods=index({}),
+        deployments=index({("team", n): [deployment(n, replicas)] for n in names}),
+        services=index({}),
+        pdbs=index({}),
+        pod_monitors=index({}),
+        endpoint_slices=index({}),
+    )
+
+
+def memo(kube: RecordingKube) -> kopf.Memo:
+    made = kopf.Memo()
+    made.settings = Settings()
+    made.kube = kube
+    made.prometheus = NoMetrics()
+    made.metrics = OperatorMetrics()
+    return made
+
+
+NAMES = ["alpha", "beta", "gamma"]
+
+
+def test_a_refused_write_costs_only_its_own_service(caplog: pytest.LogCaptureFixture) -> None:
+    # One replica each, below minReplicas 2: every service is brought up this cycle, beta's write refused.
+    kube = RecordingKube(refuse={"beta"})
+    with caplog.at_level(logging.INFO, logger="llama_operator"):
+        report = autoscale_cycle(memo(kube), indexes(NAMES, 1, kube), AutoscalerMemory(), now=NOW)
+    assert kube.replicas == {"alpha": 2, "gamma": 2}
+    assert report.replica_writes == 2 and report.failures == 1
+    assert "gamma" in kube.status_writes  # decided after the failure, not skipped
+    refused = [r for r in caplog.records if "team/beta" in r.getMessage() and "409" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.WARNING
+    assert not any(r.exc_info for r in caplog.records), "a refused write is not a bug: no traceback"
+
+
+def test_the_next_cycle_decides_the_refused_service_again() -> None:
+    kube = RecordingKube(refuse={"beta"})
+    memory, fleet = AutoscalerMemory(), indexes(NAMES, 1, kube)
+    autoscale_cycle(memo(kube), fleet, memory, now=NOW)
+    kube.refuse.clear()
+    report = autoscale_cycle(memo(kube), fleet, memory, now=NOW + 5)
+    assert kube.replicas["beta"] == 2 and report.failures == 0
+
+
+def test_a_cycle_where_nothing_changed_writes_nothing() -> None:
+    # Within bounds and no metrics (pods loading): the first cycle records its state, the next has no news.
+    kube = RecordingKube(refuse=set())
+    memory, fleet, made = AutoscalerMemory(), indexes(NAMES, 2, kube), memo(kube)
+    first = autoscale_cycle(made, fleet, memory, now=NOW)
+    assert first.replica_writes == 0 and first.status_writes == len(NAMES)
+    for seconds in (5, 10, 60, 600):
+        again = autoscale_cycle(made, fleet, memory, now=NOW + seconds)
+        assert (again.replica_writes, again.status_writes) == (0, 0), seconds
+    assert made.prometheus.queries == 5  # one batched fetch per cycle, whatever the number of services
