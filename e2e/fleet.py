@@ -33,6 +33,7 @@ class FleetProcess:
 
     info: ClusterInfo
     log_dir: Path
+    extra_args: list[str] = field(default_factory=list)  # e.g. --load-file
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -55,6 +56,7 @@ class FleetProcess:
             "fleet-sim",
             f"--port={self.info.fleet_port}",
             f"--kubeconfig={self.info.kubeconfig}",
+            *self.extra_args,
         ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=repo_root())

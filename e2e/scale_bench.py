@@ -9,6 +9,13 @@ Prints, and writes to --out (results.json, table.md, convergence.png):
 - a second pass over the same N services with nothing changed (a resync) to show it writes nothing;
 - the time to delete them all and for the garbage collector to remove what they owned.
 
+With --autoscaled (`make scale-bench ARGS=--autoscaled`), the services are autoscaled and the operator is
+measured twice at rest: first with no metrics (their pods pending: the cluster has no L4), then with a kwok
+node pool that fits every replica and the fleet simulator serving every pod's vLLM metrics under a light
+load. It prints the operator's CPU share, Prometheus queries and API writes per autoscaler cycle in each,
+the decision latency (a load step on one more service to its replica patch) with all N served, and where
+the operator's memory goes (tracemalloc, in the restarted operator: memory-<pid>.txt and the table).
+
 A benchmark, not a test: it prints figures and asserts nothing. The LlamaServices run 0 replicas, so the
 figures are the operator's and the API server's, not kwok's pods.
 """
@@ -124,59 +131,149 @@ PROBE = {
 }
 
 
-def decision_latency(api: client.ApiClient, info: Any, namespace: str, out: Path) -> dict[str, Any]:
+def decision_latency(api: client.ApiClient, fleet: FleetProcess, namespace: str) -> dict[str, Any]:
     """One more autoscaled LlamaService, its pod served by the fleet simulator: the seconds from a load
-    step to the replica patch, while the loop also decides for the N idle ones."""
-    fleet = FleetProcess(info, log_dir=out)
-    fleet.start()
+    step to the replica patch, while the loop also decides for the N others."""
     custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
-    try:
-        fleet.client.set_load(
-            namespace, "probe", LoadSpec(rate=1.0, prompt_tokens=1000, output_tokens=32, seed=11)
-        )
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, PROBE)
+    fleet.client.set_load(
+        namespace, "probe", LoadSpec(rate=1.0, prompt_tokens=1000, output_tokens=32, seed=11)
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, PROBE)
 
-        def observed() -> bool:
-            status = (
-                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "probe").get("status")
-                or {}
-            )
-            return (status.get("autoscaling") or {}).get("observedTtftSeconds") is not None
-
-        deadline = time.monotonic() + 180
-        while not observed():
-            if time.monotonic() > deadline:
-                return {"error": "the probe's signals never arrived"}
-            time.sleep(1)
-        step = time.monotonic()
-        fleet.client.set_load(
-            namespace, "probe", LoadSpec(rate=20.0, prompt_tokens=1000, output_tokens=32, seed=12)
+    def observed() -> bool:
+        status = (
+            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "probe").get("status")
+            or {}
         )
-        while time.monotonic() - step < 120:
-            if (apps.read_namespaced_deployment("probe", namespace).spec.replicas or 0) > 1:
-                return {"seconds_from_load_step_to_replica_patch": round(time.monotonic() - step, 1)}
-            time.sleep(0.5)
-        return {"error": "no scale-up within 120 s"}
-    finally:
-        fleet.stop()
+        return (status.get("autoscaling") or {}).get("observedTtftSeconds") is not None
+
+    deadline = time.monotonic() + 300
+    while not observed():
+        if time.monotonic() > deadline:
+            return {"error": "the probe's signals never arrived"}
+        time.sleep(1)
+    step = time.monotonic()
+    fleet.client.set_load(
+        namespace, "probe", LoadSpec(rate=20.0, prompt_tokens=1000, output_tokens=32, seed=12)
+    )
+    while time.monotonic() - step < 120:
+        if (apps.read_namespaced_deployment("probe", namespace).spec.replicas or 0) > 1:
+            return {"seconds_from_load_step_to_replica_patch": round(time.monotonic() - step, 1)}
+        time.sleep(0.5)
+    return {"error": "no scale-up within 120 s"}
+
+
+# A light load on every served service (the fleet simulator's default for them): enough for the signals
+# to move (observations refreshed at their bounded rate), cheap enough for the simulator on 2 cores.
+SERVED_LOAD = {"default": {"rate": 0.2, "prompt_tokens": 500, "output_tokens": 50}}
+
+
+def l4_pool(pods: int) -> dict[str, Any]:
+    """A kwok node that fits every autoscaled replica (they ask for an L4): what makes them run."""
+    labels = {
+        "kubernetes.io/hostname": "bench-l4-pool",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-L4",
+        "nvidia.com/gpu.memory": "23034",
+        "nvidia.com/gpu.count": str(pods),
+        "nvidia.com/mig.capable": "false",
+    }
+    capacity = {
+        "cpu": str(16 * pods),
+        "memory": f"{64 * pods}Gi",
+        "pods": str(pods),
+        "ephemeral-storage": f"{100 * pods}Gi",
+        "nvidia.com/gpu": str(pods),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "bench-l4-pool",
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": labels,
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def wait_served(api: client.ApiClient, namespace: str, names: set[str], pid: int, timeout: float) -> float:
+    """Until every service has a ready replica and the autoscaler has seen its metrics; the seconds."""
+    custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        ready = sum(
+            1
+            for d in apps.list_namespaced_deployment(namespace).items
+            if d.metadata.name in names and (d.status.ready_replicas or 0) > 0
+        )
+        seen = sum(
+            1
+            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+            if item["metadata"]["name"] in names
+            and ((item.get("status") or {}).get("autoscaling") or {}).get("observedRequestRate") is not None
+        )
+        print(
+            f"    {time.monotonic() - start:6.1f}s  {ready}/{len(names)} with a ready replica, "
+            f"{seen}/{len(names)} with metrics seen, operator RSS {rss_kib(pid, 'VmRSS') / 1024:.0f} MiB",
+            flush=True,
+        )
+        if seen == len(names):
+            break
+        time.sleep(5)
+    return time.monotonic() - start
+
+
+def memory_profile(path: Path, top: int = 8) -> list[str]:
+    """The profile's headline and its largest source lines (written by the operator when it stops)."""
+    if not path.exists():
+        return [f"no memory profile at {path}"]
+    lines = path.read_text().splitlines()
+    return [lines[0], *(line.strip() for line in lines[1 : top + 1])]
+
+
+def autoscaler_cycles(metrics_url: str) -> tuple[float, float]:
+    """(cycles run, seconds they took in all), from the operator's own histogram."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("llama_operator_autoscaler_cycle_duration_seconds_"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return (
+        values.get("llama_operator_autoscaler_cycle_duration_seconds_count", 0.0),
+        values.get("llama_operator_autoscaler_cycle_duration_seconds_sum", 0.0),
+    )
 
 
 def at_rest(
-    api: client.ApiClient, pid: int, prometheus_url: str, seconds: float, interval: float
+    api: client.ApiClient, operator: OperatorProcess, prometheus_url: str, seconds: float
 ) -> dict[str, Any]:
-    """The operator with N autoscaled services and no load: CPU share, queries and writes per cycle."""
-    writes_before, queries_before, cpu_before = (
+    """The operator with N autoscaled services and nothing new: CPU share, and per autoscaler cycle (as the
+    operator counts them) the Prometheus queries and API writes."""
+    assert operator.proc is not None
+    pid, metrics_url = operator.proc.pid, f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    writes_before, queries_before, cpu_before, cycles_before = (
         request_counts(api),
         prometheus_queries(prometheus_url),
         cpu_seconds(pid),
+        autoscaler_cycles(metrics_url),
     )
     start = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - start
-    cycles = elapsed / interval
+    cycles_after = autoscaler_cycles(metrics_url)
+    cycles = max(1.0, cycles_after[0] - cycles_before[0])
     writes = operator_writes(writes_before, request_counts(api))
     return {
         "seconds": round(elapsed, 1),
+        "cycles": int(cycles),
+        "cycle_seconds_mean": round((cycles_after[1] - cycles_before[1]) / cycles, 2),
         "cpu_share_of_a_core": round((cpu_seconds(pid) - cpu_before) / elapsed, 3),
         "prometheus_queries_per_cycle": round(
             (prometheus_queries(prometheus_url) - queries_before) / cycles, 2
@@ -243,8 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rest-seconds", type=float, default=60)
     parser.add_argument(
         "--profile-memory",
-        action="store_true",
-        help="trace the operator's allocations (tracemalloc; slows it): memory-<pid>.txt in --out",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="trace the restarted operator's allocations (tracemalloc; the first, measured one runs without "
+        "it): memory-<pid>.txt in --out and the table",
+    )
+    parser.add_argument(
+        "--served-timeout", type=float, default=900, help="seconds for every pod to be served"
     )
     args = parser.parse_args(argv)
     loaded = cluster_info.load()
@@ -273,11 +375,6 @@ def main(argv: list[str] | None = None) -> int:
         extra_env={
             "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": f"bench-{namespace}",
             "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": str(interval),
-            **(
-                {"LLAMA_OPERATOR_TRACEMALLOC_FILE": str(out.resolve() / "memory-{pid}.txt")}
-                if args.profile_memory
-                else {}
-            ),
         },
         quiet=True,
     )
@@ -323,21 +420,69 @@ def main(argv: list[str] | None = None) -> int:
             f"==> {args.services} autoscaled services at rest (no metrics) for {args.rest_seconds:.0f}s",
             flush=True,
         )
-        rest = at_rest(api, pid, loaded.prometheus_url, args.rest_seconds, interval)
+        rest = at_rest(api, operator, loaded.prometheus_url, args.rest_seconds)
         print(f"    {json.dumps(rest)}", flush=True)
-        print(
-            "==> decision latency: a load step on one more service, the fleet simulator serving it",
-            flush=True,
-        )
-        rest["decision_latency"] = decision_latency(api, loaded, namespace, out)
-        print(f"    {json.dumps(rest['decision_latency'])}", flush=True)
         rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
+    settle = max(30.0, args.services * 0.05)
     print("==> a resync with nothing changed (operator restarted: every key is reconciled again)", flush=True)
     before_resync = request_counts(api)
     operator.restart()
-    time.sleep(max(30.0, args.services * 0.05))
+    time.sleep(settle)
     resync_writes = operator_writes(before_resync, request_counts(api))
     print(f"    writes: {json.dumps(resync_writes)}", flush=True)
+    assert operator.proc is not None
+    pid = operator.proc.pid  # the restarted one: its peak (every object listed at once) counts too
+
+    def profile_memory() -> list[str]:
+        """The operator restarted once more under tracemalloc; its profile, written at its stop while every
+        service is still there."""
+        if not args.profile_memory:
+            return []
+        operator.extra_env["LLAMA_OPERATOR_TRACEMALLOC_FILE"] = str(out.resolve() / "memory-{pid}.txt")
+        operator.restart()
+        assert operator.proc is not None
+        traced = operator.proc.pid
+        time.sleep(settle)
+        operator.stop()
+        found = memory_profile(out / f"memory-{traced}.txt")
+        print(
+            "==> memory profile (tracemalloc, operator restarted):\n    " + "\n    ".join(found), flush=True
+        )
+        return found
+
+    profile: list[str] = []
+    if rest is not None:
+        load_file = out / "served-load.json"
+        load_file.write_text(json.dumps(SERVED_LOAD))
+        fleet = FleetProcess(loaded, log_dir=out, extra_args=[f"--load-file={load_file}"])
+        fleet.start()
+        try:
+            print(
+                f"==> with metrics: a kwok node pool fits all {args.services} replicas, the fleet simulator "
+                f"serves them ({json.dumps(SERVED_LOAD['default'])} each)",
+                flush=True,
+            )
+            cluster.kubectl("apply", "-f", "-", input_text=json.dumps(l4_pool(args.services + 10)))
+            served_seconds = wait_served(api, namespace, names, pid, args.served_timeout)
+            print(
+                f"==> {args.services} served autoscaled services at rest for {args.rest_seconds:.0f}s",
+                flush=True,
+            )
+            served = at_rest(api, operator, loaded.prometheus_url, args.rest_seconds)
+            served["seconds_until_all_served"] = round(served_seconds, 1)
+            print(f"    {json.dumps(served)}", flush=True)
+            print("==> decision latency: a load step on one more service, all N served", flush=True)
+            served["decision_latency"] = decision_latency(api, fleet, namespace)
+            print(f"    {json.dumps(served['decision_latency'])}", flush=True)
+            rest["served"] = served
+            rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
+            rss_after = rss_kib(pid, "VmRSS")
+            profile = profile_memory()
+        finally:
+            fleet.stop()
+    else:
+        rss_peak = max(rss_peak, rss_kib(pid, "VmHWM"))
+        profile = profile_memory()
 
     print("==> deleting them all", flush=True)
     start_delete = time.monotonic()
@@ -347,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(2)
     deleted = time.monotonic() - start_delete
     operator.stop()
+    if args.autoscaled:
+        cluster.kubectl("delete", "node", "bench-l4-pool", "--ignore-not-found")
 
     total_writes = sum(writes.values())
     results = {
@@ -363,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "delete_and_gc_seconds": round(deleted, 1),
         "autoscaled": args.autoscaled,
         "at_rest": rest,
+        "memory_profile": profile,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     table = [
@@ -379,15 +527,34 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if rest is not None:
         table += [
-            f"| at rest ({rest['seconds']:.0f} s, no metrics): operator CPU | {100 * rest['cpu_share_of_a_core']:.1f} % of a core |",
-            f"| at rest: Prometheus queries per autoscaler cycle | {rest['prometheus_queries_per_cycle']} |",
-            f"| at rest: API writes per cycle | {rest['writes_per_cycle']} |",
-            f"| decision latency (load step to replica patch, 5 s cycle) | {rest['decision_latency']} |",
+            f"| no metrics, at rest ({rest['seconds']:.0f} s): operator CPU | {100 * rest['cpu_share_of_a_core']:.1f} % of a core |",
+            f"| no metrics: Prometheus queries per autoscaler cycle | {rest['prometheus_queries_per_cycle']} |",
+            f"| no metrics: API writes per cycle | {rest['writes_per_cycle']} |",
         ]
+        served = rest["served"]
+        latency = served["decision_latency"]
+        table += [
+            f"| served (all {args.services} pods scraped, light load) after | {served['seconds_until_all_served']:.0f} s |",
+            f"| served, at rest ({served['seconds']:.0f} s): operator CPU | {100 * served['cpu_share_of_a_core']:.1f} % of a core |",
+            f"| served: Prometheus queries per autoscaler cycle | {served['prometheus_queries_per_cycle']} |",
+            f"| served: API writes per cycle | {served['writes_per_cycle']} ({', '.join(f'{k} {v}' for k, v in served['writes'].items()) or 'none'}) |",
+            f"| served: autoscaler cycle (all {args.services + 1} services) | {served['cycle_seconds_mean']} s on average |",
+            "| served: decision latency (load step to replica patch, 5 s cycle) | "
+            + (
+                f"{latency['seconds_from_load_step_to_replica_patch']} s"
+                if "error" not in latency
+                else latency["error"]
+            )
+            + " |",
+        ]
+    if profile:
+        table += [f"| memory profile (restarted operator) | {profile[0]} |"]
     (out / "table.md").write_text("\n".join(table) + "\n")
     plot(timeline, args.services, out / "convergence.png")
     print("\n".join(table))
     print(f"\nwritten: {out}/results.json, table.md, convergence.png; operator log {operator.log}")
+    if profile:
+        print("memory profile:\n    " + "\n    ".join(profile))
     return 0
 
 
