@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -33,18 +34,32 @@ class Kube:
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
         self.api_client = api_client or client.ApiClient()
         self._dynamic: DynamicClient | None = None
+        self._resources: dict[tuple[str, str], Any] = {}
+        # The reconcile workers share this object from several threads, and the client's discovery is
+        # not thread-safe: a refresh replaces its cache while another thread reads it (KeyError:
+        # 'resources'). Discovery and the lookups that may refresh it run under this lock.
+        self._discovery_lock = threading.Lock()
 
     @property
     def dynamic(self) -> DynamicClient:
+        with self._discovery_lock:
+            return self._discovered()
+
+    def _discovered(self) -> DynamicClient:
         if self._dynamic is None:  # discovery is a round of API reads: do it once, lazily
-            self._dynamic = DynamicClient(self.api_client)
+            dynamic = DynamicClient(self.api_client)
             # The client keeps discovery in a file shared by every process on the host: one written
             # before a CRD was removed (or added) would be believed. Start from the API server's word.
-            self._dynamic.resources.invalidate_cache()
+            dynamic.resources.invalidate_cache()
+            self._dynamic = dynamic  # published only once complete
         return self._dynamic
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        key = (api_version, kind)
+        with self._discovery_lock:
+            if key not in self._resources:
+                self._resources[key] = self._discovered().resources.get(api_version=api_version, kind=kind)
+            return self._resources[key]
 
     def apply(self, manifest: Manifest, *, field_manager: str, uid: str) -> dict[str, Any]:
         """Server-side apply to the existing object with this uid; conflicts are forced (this manager owns
