@@ -183,12 +183,13 @@ class OperatorProcess:
             )
         wait_healthz("the operator", self.proc, f"http://127.0.0.1:{port}/healthz", self.tail, timeout=90)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds (its clean-up handlers run only before that)."""
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
