@@ -32,6 +32,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +202,35 @@ def l4_pool(pods: int) -> dict[str, Any]:
     }
 
 
-def wait_served(api: client.ApiClient, namespace: str, names: set[str], pid: int, timeout: float) -> float:
-    """Until every service has a ready replica and the autoscaler has seen its metrics; the seconds."""
-    custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+def poll_progress(
+    progress: Callable[[], tuple[bool, str]], pid: int, timeout: float, interval: float
+) -> float:
+    """Call `progress` (done?, a line to print) until done or `timeout`; the seconds it took."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
+        done, line = progress()
+        print(
+            f"    {time.monotonic() - start:6.1f}s  {line}, operator RSS {rss_kib(pid, 'VmRSS') / 1024:.0f} MiB",
+            flush=True,
+        )
+        if done:
+            break
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+def llamaservice_statuses(api: client.ApiClient, namespace: str, names: set[str]) -> list[dict[str, Any]]:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)[
+        "items"
+    ]
+    return [item.get("status") or {} for item in items if item["metadata"]["name"] in names]
+
+
+def wait_served(api: client.ApiClient, namespace: str, names: set[str], pid: int, timeout: float) -> float:
+    """Until every service has a ready replica and the autoscaler has seen its metrics; the seconds."""
+    apps = client.AppsV1Api(api)
+
+    def progress() -> tuple[bool, str]:
         ready = sum(
             1
             for d in apps.list_namespaced_deployment(namespace).items
@@ -213,19 +238,14 @@ def wait_served(api: client.ApiClient, namespace: str, names: set[str], pid: int
         )
         seen = sum(
             1
-            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
-            if item["metadata"]["name"] in names
-            and ((item.get("status") or {}).get("autoscaling") or {}).get("observedRequestRate") is not None
+            for status in llamaservice_statuses(api, namespace, names)
+            if (status.get("autoscaling") or {}).get("observedRequestRate") is not None
         )
-        print(
-            f"    {time.monotonic() - start:6.1f}s  {ready}/{len(names)} with a ready replica, "
-            f"{seen}/{len(names)} with metrics seen, operator RSS {rss_kib(pid, 'VmRSS') / 1024:.0f} MiB",
-            flush=True,
+        return seen == len(names), (
+            f"{ready}/{len(names)} with a ready replica, {seen}/{len(names)} with metrics seen"
         )
-        if seen == len(names):
-            break
-        time.sleep(5)
-    return time.monotonic() - start
+
+    return poll_progress(progress, pid, timeout, interval=5)
 
 
 def wait_autoscaler_settled(
@@ -233,26 +253,16 @@ def wait_autoscaler_settled(
 ) -> float:
     """Until the autoscaler has written its first conditions for every service (it runs after the reconcile
     that makes a service "converged"): at rest means nothing left to write. The seconds it took."""
-    custom = client.CustomObjectsApi(api)
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
+
+    def progress() -> tuple[bool, str]:
         settled = sum(
             1
-            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
-            if item["metadata"]["name"] in names
-            and any(
-                c.get("type") == "ScalingActive" for c in (item.get("status") or {}).get("conditions") or []
-            )
+            for status in llamaservice_statuses(api, namespace, names)
+            if any(c.get("type") == "ScalingActive" for c in status.get("conditions") or [])
         )
-        print(
-            f"    {time.monotonic() - start:6.1f}s  {settled}/{len(names)} with the autoscaler's conditions, "
-            f"operator RSS {rss_kib(pid, 'VmRSS') / 1024:.0f} MiB",
-            flush=True,
-        )
-        if settled == len(names):
-            break
-        time.sleep(3)
-    return time.monotonic() - start
+        return settled == len(names), f"{settled}/{len(names)} with the autoscaler's conditions"
+
+    return poll_progress(progress, pid, timeout, interval=3)
 
 
 def memory_profile(path: Path, top: int = 8) -> list[str]:
