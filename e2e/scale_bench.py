@@ -497,7 +497,12 @@ def main(argv: list[str] | None = None) -> int:
     if rest is not None:
         load_file = out / "served-load.json"
         load_file.write_text(json.dumps(SERVED_LOAD))
-        fleet = FleetProcess(loaded, log_dir=out, extra_args=[f"--load-file={load_file}"])
+        # The simulator lists every pod and LlamaService each poll (two lists of N objects): once a second
+        # at N = 1,000 is 10 MB of JSON a second through the API server, which the 2 cores also need.
+        poll = max(1.0, args.services / 200)
+        fleet = FleetProcess(
+            loaded, log_dir=out, extra_args=[f"--load-file={load_file}", f"--poll-interval={poll:g}"]
+        )
         fleet.start()
         try:
             print(

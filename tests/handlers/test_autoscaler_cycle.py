@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.settings import Settings
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
-from llama_operator.autoscale.signals import Signals
+from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.metrics import OperatorMetrics
@@ -181,3 +181,76 @@ def test_a_cycle_where_nothing_changed_writes_nothing() -> None:
         again = autoscale_cycle(made, fleet, memory, now=NOW + seconds)
         assert (again.replica_writes, again.status_writes) == (0, 0), seconds
     assert made.prometheus.queries == 5  # one batched fetch per cycle, whatever the number of services
+
+
+class LightLoad:
+    """A Prometheus that sees every service served lightly, its TTFT moving a little each cycle: only
+    observations change, never a decision."""
+
+    queries = 0
+
+    def fetch(
+        self, views: Mapping[ServiceKey, ServiceView], *, window_seconds: float
+    ) -> dict[ServiceKey, Signals]:
+        self.queries += 1
+        ttft = 0.2 + 0.001 * (self.queries % 7)
+        return {
+            key: Signals(
+                status=SignalStatus.OK,
+                ttft_percentile_seconds=ttft,
+                queue_waiting_total=0.0,
+                running_total=0.5,
+                kv_cache_usage=0.01,
+                request_rate=0.2,
+                prompt_token_rate=100.0,
+                generation_token_rate=10.0,
+                ready_replicas=view.ready_replicas,
+                starting_replicas=0,
+                current_replicas=view.current_replicas,
+            )
+            for key, view in views.items()
+        }
+
+
+def test_observation_refreshes_stay_within_the_fleet_budget_oldest_first() -> None:
+    names = [f"svc-{i}" for i in range(10)]
+    kube = RecordingKube(refuse=set())
+    memory, fleet, made = AutoscalerMemory(), indexes(names, 2, kube), memo(kube)
+    made.prometheus = LightLoad()
+    # 0.4 refreshes a second x a 5 s cycle: 2 a cycle for the whole fleet.
+    made.settings = Settings(status_refreshes_per_second=0.4, status_refresh_seconds=60)
+    first = autoscale_cycle(made, fleet, memory, now=NOW)
+    assert first.status_writes == len(names)  # first conditions: news, never held back
+    kube.status_writes.clear()
+    quiet = autoscale_cycle(made, fleet, memory, now=NOW + 5)
+    assert quiet.status_writes == 0  # observations only, 5 s old: not due
+    refreshed: list[str] = []
+    for cycle in range(5):
+        report = autoscale_cycle(made, fleet, memory, now=NOW + 65 + 5 * cycle)
+        assert report.status_writes == 2, cycle
+        assert report.refreshes_deferred == len(names) - 2 * (cycle + 1), cycle
+        refreshed += kube.status_writes
+        kube.status_writes.clear()
+    assert sorted(refreshed) == sorted(names)  # each once: the oldest first, none twice
+    assert made.metrics.refresh_backlog._value.get() == 0
+
+
+def test_a_refresh_is_dropped_when_a_reconcile_wrote_the_status_meanwhile() -> None:
+    kube = RecordingKube(refuse=set())
+    memory, fleet, made = AutoscalerMemory(), indexes(["alpha"], 2, kube), memo(kube)
+    made.prometheus = LightLoad()
+    autoscale_cycle(made, fleet, memory, now=NOW)
+    kube.status_writes.clear()
+    decided_from = memory.written.current
+    reads: list[ServiceKey] = []
+
+    def reconciled_after_the_decision(key: ServiceKey, body: Mapping[str, Any]) -> dict[str, Any]:
+        # The first read is the decision's; by the refresh's re-read a reconcile has written a new plan.
+        reads.append(key)
+        seen = decided_from(key, body)
+        return seen if len(reads) == 1 else {**seen, "plan": {"accelerator": "l4"}}
+
+    memory.written.current = reconciled_after_the_decision  # type: ignore[method-assign]
+    report = autoscale_cycle(made, fleet, memory, now=NOW + 65)
+    assert len(reads) == 2  # the refresh was due, and re-read before writing
+    assert report.status_writes == 0 and kube.status_writes == []  # decided again next cycle instead

@@ -9,10 +9,14 @@ from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.autoscaling import (
+    StatusWrite,
     autoscale_outcome,
     autoscaler_state,
     condition_transitions,
-    status_write_due,
+    last_evaluation_time,
+    pick_refreshes,
+    refresh_budget,
+    status_write,
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -112,25 +116,40 @@ def test_status_writes_only_on_change_and_observations_at_a_bounded_rate() -> No
     base = datetime(2026, 12, 2, 12, 0, 10, tzinfo=UTC)
     current = _status(ttft=0.4)
     same = _status(ttft=0.4, when="2026-12-02T12:00:10Z")
-    assert not status_write_due(current, same, now=base, refresh_seconds=60)  # only the clock moved
+    assert status_write(current, same, now=base, refresh_seconds=60) is None  # only the clock moved
     moved = _status(ttft=0.45, when="2026-12-02T12:00:10Z")
-    assert not status_write_due(current, moved, now=base, refresh_seconds=60)  # an observation, 10 s later
+    assert status_write(current, moved, now=base, refresh_seconds=60) is None  # an observation, 10 s later
     later = base.replace(minute=1, second=5)
-    assert status_write_due(current, moved, now=later, refresh_seconds=60)  # ... refreshed after 60 s
+    assert status_write(current, moved, now=later, refresh_seconds=60) is StatusWrite.REFRESH  # after 60 s
     transition = _status(ttft=0.4, reason="NoMetrics")
-    assert status_write_due(current, transition, now=base, refresh_seconds=60)  # a condition changed
+    assert status_write(current, transition, now=base, refresh_seconds=60) is StatusWrite.NEWS  # a condition
     decided = _status(ttft=0.4)
     decided["autoscaling"]["desiredReplicas"] = 3
-    assert status_write_due(current, decided, now=base, refresh_seconds=60)  # a decision
+    assert status_write(current, decided, now=base, refresh_seconds=60) is StatusWrite.NEWS  # a decision
     state = _status(ttft=0.4)
     state["autoscaling"]["state"]["noDataSince"] = 5.0
-    assert status_write_due(current, state, now=base, refresh_seconds=60)  # the policy's memory
-    assert status_write_due(None, same, now=base, refresh_seconds=60)  # first evaluation
+    assert status_write(current, state, now=base, refresh_seconds=60) is StatusWrite.NEWS  # policy's memory
+    assert status_write(None, same, now=base, refresh_seconds=60) is StatusWrite.NEWS  # first evaluation
     # Idle with no metrics: only the reason's clock moves ("no metrics for 35s"): never a write.
     idle = _status(ttft=None)
     idle_later = _status(ttft=None, when="2026-12-02T12:05:00Z")
     idle_later["autoscaling"]["lastReason"] = "no metrics for 300s: holding 1 replicas"
-    assert not status_write_due(idle, idle_later, now=base.replace(minute=5), refresh_seconds=60)
+    assert status_write(idle, idle_later, now=base.replace(minute=5), refresh_seconds=60) is None
+
+
+def test_the_fleet_refresh_budget_serves_the_oldest_observations_first() -> None:
+    def at(minute: int) -> datetime:
+        return datetime(2026, 12, 2, 12, minute, tzinfo=UTC)
+
+    due = [(at(5), "e"), (at(1), "b"), (None, "never"), (at(3), "d"), (at(0), "a"), (at(2), "c")]
+    assert pick_refreshes(due, 3) == ["never", "a", "b"]
+    assert pick_refreshes(due, 10) == ["never", "a", "b", "c", "d", "e"]
+    assert pick_refreshes(due, 0) == []
+    assert refresh_budget(refreshes_per_second=5, cycle_seconds=5) == 25
+    assert refresh_budget(refreshes_per_second=0.01, cycle_seconds=5) == 1  # every service, eventually
+    assert last_evaluation_time({"autoscaling": {"lastEvaluationTime": "2026-12-02T12:05:00Z"}}) == at(5)
+    assert last_evaluation_time({"autoscaling": {"lastEvaluationTime": "yesterday"}}) is None
+    assert last_evaluation_time(None) is None
 
 
 def test_condition_transitions_name_the_move_and_the_reason() -> None:

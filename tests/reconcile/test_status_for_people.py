@@ -13,11 +13,12 @@ from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.autoscaling import (
+    StatusWrite,
     autoscale_outcome,
     autoscaler_state,
     human_seconds,
     slo_words,
-    status_write_due,
+    status_write,
 )
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -137,7 +138,7 @@ def test_an_upgrade_from_unix_seconds_rewrites_the_state_once() -> None:
     written = out.status_patch["autoscaling"]["state"]
     assert written["lastScaleDownTime"] == "1970-01-01T00:15:00.000000Z"
     assert written["noDataSince"] is None  # metrics are back: the old number is removed
-    assert status_write_due(old, out.status_patch, now=NOW, refresh_seconds=60)
+    assert status_write(old, out.status_patch, now=NOW, refresh_seconds=60) is StatusWrite.NEWS
 
     stored = {**old, **out.status_patch}
     stored["autoscaling"] = {
@@ -154,4 +155,4 @@ def test_an_upgrade_from_unix_seconds_rewrites_the_state_once() -> None:
         generation=1,
         now=NOW,
     )
-    assert not status_write_due(stored, again.status_patch, now=NOW, refresh_seconds=60)
+    assert status_write(stored, again.status_patch, now=NOW, refresh_seconds=60) is None

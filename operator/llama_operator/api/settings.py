@@ -193,6 +193,15 @@ class Settings(BaseModel):
             gt=0,
         ),
     ] = 60.0
+    status_refreshes_per_second: Annotated[
+        float,
+        Field(
+            description="Fleet-wide cap on those observation refreshes (the oldest first): 1,000 served "
+            "services at a 60 s refresh would write 17 statuses a second. Decisions and condition changes "
+            "are not counted against it.",
+            gt=0,
+        ),
+    ] = 5.0
     resync_seconds: Annotated[
         float, Field(description="Every LlamaService is reconciled at least this often.", gt=0)
     ] = 300.0

@@ -120,6 +120,9 @@ class FleetEngine:
         self._rng = random.Random(seed)
         self._pods: dict[str, SimPod] = {}  # by uid
         self._by_name: dict[tuple[str, str], str] = {}
+        # Each service's pods, by uid: routing an arrival looks at its own service's pods only (a fleet
+        # of 1,000 services receives hundreds of arrivals a second).
+        self._by_service: dict[ServiceKey, dict[str, SimPod]] = {}
         self._services: dict[ServiceKey, ServiceSim] = {}
         self._steps: list[tuple[float, int, str, int]] = []  # (end, order, pod uid, replica version)
         self._arrivals: list[tuple[float, int, ServiceKey, int, int, int]] = []  # (t, order, key, gen, p, o)
@@ -167,7 +170,10 @@ class FleetEngine:
                 pod = SimPod(info)
                 self._pods[uid] = pod
                 self._by_name[(info.namespace, info.name)] = uid
+            elif pod.info.service_key != info.service_key:  # relabelled to another service
+                self._by_service.get(pod.info.service_key, {}).pop(uid, None)
             pod.info = info
+            self._by_service.setdefault(info.service_key, {})[uid] = pod
             self._service(info.service_key, now)
             self._update_phase(pod, now)
         if services is not None:
@@ -221,6 +227,11 @@ class FleetEngine:
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid)
         self._by_name.pop((pod.info.namespace, pod.info.name), None)
+        siblings = self._by_service.get(pod.info.service_key)
+        if siblings is not None:
+            siblings.pop(uid, None)
+            if not siblings:
+                del self._by_service[pod.info.service_key]
         service = self._services.get(pod.info.service_key)
         if pod.replica is not None:
             if service is not None:
@@ -283,9 +294,9 @@ class FleetEngine:
     def _least_loaded(self, key: ServiceKey) -> SimPod | None:
         best: SimPod | None = None
         best_key = (math.inf, math.inf)
-        for pod in self._pods.values():
+        for pod in self._by_service.get(key, {}).values():
             replica = pod.replica
-            if replica is None or replica.phase is not Phase.READY or pod.info.service_key != key:
+            if replica is None or replica.phase is not Phase.READY:
                 continue
             # Ties go to the pod that got fewer requests so far: an idle fleet shares the load.
             rank = (float(replica.load), float(pod.routed))

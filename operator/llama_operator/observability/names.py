@@ -52,6 +52,7 @@ OP_GPU_PRICE = "llama_operator_gpu_price_per_hour"
 OP_GPU_HOURS = "llama_operator_gpu_hours_total"
 OP_SLO_BUCKET = "llama_operator_slo_ttft_bucket"
 OP_CYCLE_SECONDS = "llama_operator_autoscaler_cycle_duration_seconds"
+OP_REFRESH_BACKLOG = "llama_operator_autoscaler_refresh_backlog"
 OP_PROMETHEUS_ERRORS = "llama_operator_prometheus_errors_total"
 
 # Prometheus' own series.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TypeVar
 
 from llama_operator.api.autoscaling import AutoscalerState, ScalingDecision
 from llama_operator.api.conditions import (
@@ -20,6 +22,9 @@ from llama_operator.api.conditions import (
 from llama_operator.autoscale.policy import Decision
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.execution import Event
+
+K = TypeVar("K")
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 def autoscaler_state(
@@ -330,25 +335,53 @@ def _observations(status: Mapping[str, Any] | None) -> Any:
     return observed, (autoscaling.get("state") or {}).get("recommendations")
 
 
-def status_write_due(
+class StatusWrite(Enum):
+    """Why the autoscaler's status patch is worth writing."""
+
+    NEWS = "news"  # a decision, the policy's state or a condition moved: written at once
+    REFRESH = "refresh"  # only observations, older than the refresh period: written within a fleet budget
+
+
+def status_write(
     current: Mapping[str, Any] | None, patch: Mapping[str, Any], *, now: datetime, refresh_seconds: float
-) -> bool:
-    """Write the autoscaler's status patch? At once when a decision, the policy's state or a condition's
-    status or reason changes; when only observations changed, at most every `refresh_seconds`; never when
-    nothing changed (1,000 idle services cost no writes)."""
+) -> StatusWrite | None:
+    """Write the autoscaler's status patch? NEWS when a decision, the policy's state or a condition's
+    status or reason changes; REFRESH when only observations changed and the written ones are at least
+    `refresh_seconds` old; None when nothing changed (1,000 idle services cost no writes)."""
     merged = {**(current or {}), **patch}
     if _decisions(merged) != _decisions(current):
-        return True
+        return StatusWrite.NEWS
     if _observations(merged) == _observations(current):
-        return False
-    last = ((current or {}).get("autoscaling") or {}).get("lastEvaluationTime")
+        return None
+    written = last_evaluation_time(current)
+    if written is None or (now - written).total_seconds() >= refresh_seconds:
+        return StatusWrite.REFRESH
+    return None
+
+
+def last_evaluation_time(status: Mapping[str, Any] | None) -> datetime | None:
+    """When the observations in status were written (None: never, or unreadable)."""
+    last = ((status or {}).get("autoscaling") or {}).get("lastEvaluationTime")
     if not last:
-        return True
+        return None
     try:
-        last_time = datetime.fromisoformat(str(last).replace("Z", "+00:00"))
+        return datetime.fromisoformat(str(last).replace("Z", "+00:00"))
     except ValueError:
-        return True
-    return (now - last_time).total_seconds() >= refresh_seconds
+        return None
+
+
+def refresh_budget(*, refreshes_per_second: float, cycle_seconds: float) -> int:
+    """Observation refreshes one autoscaler cycle may write, for the whole fleet: 1,000 services served
+    at a 60 s refresh would otherwise write 17 statuses a second, every one inside the cycle that also
+    carries the scaling decisions. At least one, so every service is refreshed eventually."""
+    return max(1, math.floor(refreshes_per_second * cycle_seconds))
+
+
+def pick_refreshes(due: Sequence[tuple[datetime | None, K]], budget: int) -> list[K]:
+    """The `budget` refreshes whose written observations are oldest (never written first): a backlog
+    is served round-robin, each service's turn coming back once the older ones are written."""
+    oldest_first = sorted(due, key=lambda item: (item[0] is not None, item[0] or _EPOCH))
+    return [key for _, key in oldest_first[: max(0, budget)]]
 
 
 def condition_transitions(current: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> list[str]:
