@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +48,24 @@ class ClusterView(Protocol):
     def close(self) -> None: ...
 
 
+class _Server(ThreadingHTTPServer):
+    """A scraper that gave up (its timeout) closes the connection before the answer is written: counted
+    and logged once in a while, not a traceback per scrape (100 MB of log at 1,000 pods)."""
+
+    dropped = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError)):
+            self.dropped += 1
+            if self.dropped in {1, 10} or self.dropped % 1000 == 0:
+                log.warning(
+                    "%d answers dropped: the client had closed the connection (%s)", self.dropped, error
+                )
+            return
+        super().handle_error(request, client_address)
+
+
 class FleetSimulator:
     """The engine, a cluster reader and an HTTP server, run together until `stop()`."""
 
@@ -68,7 +87,7 @@ class FleetSimulator:
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.polls = 0
         self.poll_errors = 0
@@ -175,6 +194,7 @@ class FleetSimulator:
             state = self.engine.state(self.now())
         state["polls"] = self.polls
         state["poll_errors"] = self.poll_errors
+        state["answers_dropped"] = self.httpd.dropped
         return state
 
     def state_of(self, namespace: str, service: str) -> dict[str, Any]:
