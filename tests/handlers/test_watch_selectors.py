@@ -5,7 +5,7 @@ kind whose handlers all filter on it gets the selector (memory and CPU with 1,00
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kopf._cogs.structs import references
@@ -57,7 +57,8 @@ def test_the_startup_settings_select_and_chunk(monkeypatch: Any) -> None:
     monkeypatch.setattr("llama_operator.handlers.startup.load_kube_config", lambda: None)
     monkeypatch.setattr("llama_operator.handlers.startup.Kube", NoKube)
     monkeypatch.setenv("LLAMA_OPERATOR_POD_MONITOR", "never")
-    configure(settings=settings, memo=memo, logger=logging.getLogger("test"))
+    # kopf's decorator types it as an activity handler, which kopf calls with more keywords.
+    cast("Any", configure)(settings=settings, memo=memo, logger=logging.getLogger("test"))
     assert settings.watching.label_selectors.collect(resource("", "v1", "pods")) == [SERVICE_LABEL]
     assert (
         settings.watching.label_selectors.collect(resource("discovery.k8s.io", "v1", "endpointslices")) == []
