@@ -92,6 +92,22 @@ def test_a_cycle_sets_the_service_series_and_a_changed_slo_moves_its_bucket() ->
     assert value(metrics, "llama_operator_slo_met", **CHAT) is None
 
 
+def test_a_cycle_that_moves_only_the_no_data_clock_updates_it_and_a_forgotten_service_comes_back() -> None:
+    metrics = OperatorMetrics()
+    metrics.observe(seen(ttft_seconds=None, slo_met=None, no_data_seconds=5.0))
+    metrics.observe(seen(ttft_seconds=None, slo_met=None, no_data_seconds=10.0))  # only the clock
+    assert value(metrics, "llama_operator_signal_no_data_seconds", **CHAT) == 10.0
+    assert value(metrics, "llama_operator_desired_replicas", **CHAT) == 3
+    metrics.observe(seen(ttft_seconds=None, slo_met=None, no_data_seconds=15.0, desired_replicas=4))
+    assert value(metrics, "llama_operator_desired_replicas", **CHAT) == 4
+    metrics.forget([])
+    assert value(metrics, "llama_operator_desired_replicas", **CHAT) is None
+    # The same observation again after the series were dropped: every series is set again.
+    metrics.observe(seen(ttft_seconds=None, slo_met=None, no_data_seconds=15.0, desired_replicas=4))
+    assert value(metrics, "llama_operator_desired_replicas", **CHAT) == 4
+    assert value(metrics, "llama_operator_signal_no_data_seconds", **CHAT) == 15.0
+
+
 def test_gpu_hours_integrate_what_is_held_and_go_with_the_service() -> None:
     metrics = OperatorMetrics()
     metrics.hold([Holding("team-a", "chat", 2, 0.526)], now=1000.0)
