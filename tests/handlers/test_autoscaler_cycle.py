@@ -14,8 +14,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.settings import Settings
+from llama_operator.autoscale import policy
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.handlers import autoscaler as autoscaler_module
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.metrics import OperatorMetrics
@@ -254,3 +256,40 @@ def test_a_refresh_is_dropped_when_a_reconcile_wrote_the_status_meanwhile() -> N
     report = autoscale_cycle(made, fleet, memory, now=NOW + 65)
     assert len(reads) == 2  # the refresh was due, and re-read before writing
     assert report.status_writes == 0 and kube.status_writes == []  # decided again next cycle instead
+
+
+def test_a_service_held_blind_is_decided_again_only_when_an_input_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No metrics (pods loading): the policy holds the replicas whatever the clock says, so a cycle where
+    # nothing changed skips the decision; a change to any input (here the Deployment's replicas, then a
+    # new generation of the spec) brings it back.
+    decided: list[float] = []
+    real_decide = policy.decide
+
+    def counting_decide(*args: Any, **kwargs: Any) -> Any:
+        decided.append(args[3])
+        return real_decide(*args, **kwargs)
+
+    monkeypatch.setattr(autoscaler_module, "decide", counting_decide)
+    kube = RecordingKube(refuse=set())
+    memory, fleet, made = AutoscalerMemory(), indexes(["alpha"], 2, kube), memo(kube)
+    for seconds in (0, 5, 10, 15):
+        autoscale_cycle(made, fleet, memory, now=NOW + seconds)
+    # First cycle: decided and its conditions written; second: decided again from the written status
+    # (the index now shows it), nothing to write; then skipped.
+    assert decided == [NOW, NOW + 5]
+    no_data = made.metrics.exposition().decode()
+    assert 'llama_operator_signal_no_data_seconds{llamaservice="alpha",namespace="team"} 15.0' in no_data
+    next(iter(fleet.deployments[("team", "alpha")]))["spec"]["replicas"] = (
+        3  # someone scaled it (within bounds)
+    )
+    for seconds in (20, 25, 30, 35):
+        autoscale_cycle(made, fleet, memory, now=NOW + seconds)
+    # Decided at once; its status (desiredReplicas 3) written, decided again from it; then skipped.
+    assert decided[-2:] == [NOW + 20, NOW + 25]
+    body = next(iter(fleet.llamaservices[("team", "alpha")]))
+    body["metadata"]["generation"] = 2
+    body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    autoscale_cycle(made, fleet, memory, now=NOW + 40)
+    assert decided[-1] == NOW + 40

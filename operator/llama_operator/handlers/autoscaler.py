@@ -20,7 +20,7 @@ from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
-from llama_operator.autoscale.signals import Signals
+from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
 from llama_operator.handlers.indexes import activator_route, owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
@@ -75,6 +75,18 @@ class CycleReport:
     refreshes_deferred: int = 0  # observation refreshes due but past this cycle's fleet budget
 
 
+@dataclass(frozen=True)
+class BlindHold:
+    """A service the last cycle held without metrics, changing nothing. The policy's no-data rule reads no
+    clock (it holds the replicas, whatever the time): while every input is the same, the next decision is
+    the same too, so the cycle skips it and only moves its no-data clock. 1,000 services with pods still
+    loading cost next to nothing."""
+
+    inputs: tuple[Any, ...]
+    observation: ServiceObservation
+    no_data_since: float
+
+
 @dataclass
 class AutoscalerMemory:
     """The policy's latest state per LlamaService (uid), between the bounded-rate status refreshes. Status
@@ -85,6 +97,7 @@ class AutoscalerMemory:
     # The parsed spec per LlamaService, by (uid, generation): the spec changes only with the generation,
     # and parsing 1,000 specs every cycle was a third of an idle fleet's CPU.
     specs: dict[ServiceKey, tuple[tuple[str, Any], LlamaServiceSpec]] = field(default_factory=dict)
+    blind: dict[ServiceKey, BlindHold] = field(default_factory=dict)
 
     def state(self, key: ServiceKey, uid: str, status: Any) -> AutoscalerState:
         cached = self.states.get(key)
@@ -107,6 +120,8 @@ class AutoscalerMemory:
             del self.states[gone]
         for gone in set(self.specs) - live:
             del self.specs[gone]
+        for gone in set(self.blind) - live:
+            del self.blind[gone]
 
 
 @dataclass(frozen=True)
@@ -287,6 +302,12 @@ def _autoscale_one(
         activator_available=activator_ready,
     )
     status = memory.written.current(key, body)
+    inputs = (uid, body["metadata"].get("resourceVersion"), status, seen, view, error)
+    held = memory.blind.pop(key, None)
+    if held is not None and held.inputs == inputs:
+        metrics.observe(replace(held.observation, no_data_seconds=max(0.0, now - held.no_data_since)))
+        memory.blind[key] = held
+        return None
     decision = decide(spec.autoscaling, seen, memory.state(key, uid, status), now)
     memory.states[key] = (uid, decision.state)
     outcome = autoscale_outcome(
@@ -304,24 +325,23 @@ def _autoscale_one(
     )
     namespace, name = key
     no_data_since = decision.state.no_data_since
-    metrics.observe(
-        ServiceObservation(
-            namespace=namespace,
-            name=name,
-            desired_replicas=decision.desired_replicas,
-            current_replicas=view.current_replicas,
-            ready_replicas=view.ready_replicas,
-            min_replicas=spec.autoscaling.min_replicas,
-            max_replicas=spec.autoscaling.max_replicas,
-            ttft_seconds=seen.ttft_percentile_seconds,
-            slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
-            slo_percentile=spec.autoscaling.slo.percentile,
-            slo_met=decision.slo_met,
-            no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
-            scaled_to_zero=decision.desired_replicas == 0,
-            activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
-        )
+    observation = ServiceObservation(
+        namespace=namespace,
+        name=name,
+        desired_replicas=decision.desired_replicas,
+        current_replicas=view.current_replicas,
+        ready_replicas=view.ready_replicas,
+        min_replicas=spec.autoscaling.min_replicas,
+        max_replicas=spec.autoscaling.max_replicas,
+        ttft_seconds=seen.ttft_percentile_seconds,
+        slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
+        slo_percentile=spec.autoscaling.slo.percentile,
+        slo_met=decision.slo_met,
+        no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
+        scaled_to_zero=decision.desired_replicas == 0,
+        activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
     )
+    metrics.observe(observation)
     if outcome.replicas is not None:
         set_deployment_replicas(
             memo.kube,
@@ -350,6 +370,16 @@ def _autoscale_one(
             body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
         )
         log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
+    if (
+        seen.status is SignalStatus.NO_DATA
+        and decision.no_data
+        and no_data_since is not None
+        and view.current_replicas > 0  # at zero, waking is timed
+        and outcome.replicas is None
+        and not outcome.events
+        and write is None
+    ):
+        memory.blind[key] = BlindHold(inputs=inputs, observation=observation, no_data_since=no_data_since)
     if write is StatusWrite.REFRESH:
         return DueRefresh(key=key, body=body, decided_from=status, patch=outcome.status_patch)
     return None

@@ -214,6 +214,9 @@ class OperatorMetrics:
         # that clock costs no label lookups.
         self._observed: dict[tuple[str, str], ServiceObservation] = {}
         self._no_data_gauges: dict[tuple[str, str], Gauge] = {}
+        # Each held service's GPU series and last price: 1,000 services, three label lookups fewer each cycle.
+        self._held_series: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
+        self._held_prices: dict[tuple[str, str], float | None] = {}
 
     def reconciled(self, result: str, seconds: float) -> None:
         self.reconciles.labels(result=result).inc()
@@ -274,16 +277,23 @@ class OperatorMetrics:
             for h in holdings:
                 key = (h.namespace, h.name)
                 live.add(key)
-                self.service_gauges["gpus"].labels(*key).set(h.gpus)
-                self._optional(self.service_gauges["gpu_price_per_hour"], key, h.price_per_gpu_hour)
+                gpus, hours = self._held_series.get(key) or (
+                    self.service_gauges["gpus"].labels(*key),
+                    self.gpu_hours.labels(*key),  # the series exists from the first sighting
+                )
+                self._held_series[key] = (gpus, hours)
+                gpus.set(h.gpus)
+                if self._held_prices.get(key) != h.price_per_gpu_hour:
+                    self._optional(self.service_gauges["gpu_price_per_hour"], key, h.price_per_gpu_hour)
+                    self._held_prices[key] = h.price_per_gpu_hour
                 since = self._held_since.get(key)
                 if since is not None and now > since:
-                    self.gpu_hours.labels(*key).inc(h.gpus * (now - since) / 3600.0)
-                elif since is None:
-                    self.gpu_hours.labels(*key).inc(0)  # the series exists from the first sighting
+                    hours.inc(h.gpus * (now - since) / 3600.0)
                 self._held_since[key] = now
             for key in set(self._held_since) - live:
                 del self._held_since[key]
+                self._held_series.pop(key, None)
+                self._held_prices.pop(key, None)
                 for gauge in (self.service_gauges["gpus"], self.service_gauges["gpu_price_per_hour"]):
                     _remove(gauge, key)
                 _remove(self.gpu_hours, key)
