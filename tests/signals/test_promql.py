@@ -8,9 +8,11 @@ import pytest
 
 from llama_operator.autoscale.promql import (
     KV_CACHE_METRICS,
+    MAX_PERCENTILE_QUERIES,
     ServiceView,
     SignalLabels,
     assemble_signals,
+    quantile_query_name,
     resolve_kv_metric,
     signal_queries,
 )
@@ -128,3 +130,45 @@ def test_the_long_prompts_are_read_from_vllms_prompt_length_histogram() -> None:
         2000.0
     )  # rank 95 ends the (1000, 2000] bucket
     assert signals[B].prompt_tokens_percentile is None  # no request finished: unknown, not short
+
+
+def test_prometheus_computes_the_percentiles_in_use_one_series_per_service() -> None:
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60, percentiles=[95, 99, 95.0])
+    assert not any(name.endswith("_buckets") for name in queries)
+    for name, metric in (
+        ("ttft", "vllm:time_to_first_token_seconds_bucket"),
+        ("tpot", "vllm:inter_token_latency_seconds_bucket"),
+        ("prompt", "vllm:request_prompt_tokens_bucket"),
+    ):
+        rates = f"sum by (namespace, llamaservice, le) (rate({metric}[60s]))"
+        assert queries[quantile_query_name(name, 95)] == f"histogram_quantile(0.95, {rates})"
+        assert queries[quantile_query_name(name, 99)] == f"histogram_quantile(0.99, {rates})"
+    assert len(queries) == 7 + 3 * 2
+
+
+def test_past_the_cap_of_percentiles_the_bucket_rates_come_back() -> None:
+    many = [90, 95, 99, 99.9][: MAX_PERCENTILE_QUERIES + 1]
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60, percentiles=many)
+    assert {"ttft_buckets", "tpot_buckets", "prompt_buckets"} <= set(queries)
+    assert not any("histogram_quantile" in q for q in queries.values())
+
+
+def test_each_service_reads_the_quantile_of_its_own_percentile() -> None:
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 1.0), (lab(B), 1.0)],
+        quantile_query_name("ttft", 95): [(lab(A), 0.3), (lab(B), 0.35)],
+        quantile_query_name("ttft", 99): [(lab(A), 0.8), (lab(B), 0.9)],
+        # No token followed another in A's window: Prometheus answers NaN, which is "not observed".
+        quantile_query_name("tpot", 95): [(lab(A), float("nan"))],
+        quantile_query_name("tpot", 99): [(lab(B), 0.04)],
+        quantile_query_name("prompt", 95): [(lab(A), 800.0)],
+    }
+    signals = assemble_signals(results, {A: view(95), B: view(99)}, L, window_seconds=60)
+    assert signals[A].ttft_percentile_seconds == 0.3
+    assert signals[B].ttft_percentile_seconds == 0.9
+    assert signals[B].tpot_percentile_seconds == 0.04
+    assert signals[A].tpot_percentile_seconds is None
+    assert signals[A].prompt_tokens_percentile == 800.0
+    assert signals[B].prompt_tokens_percentile is None

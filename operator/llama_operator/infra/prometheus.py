@@ -251,8 +251,9 @@ class PrometheusSignals:
         """All services' signals; a query that fails leaves its signal out, which reads as no data."""
         kv_metric = resolve_kv_metric(self.query(probe_query()))
         results: dict[str, list[Sample]] = {}
+        percentiles = {view.percentile for view in services.values()}
         for name, promql in signal_queries(
-            self.labels, kv_metric=kv_metric, window_seconds=window_seconds
+            self.labels, kv_metric=kv_metric, window_seconds=window_seconds, percentiles=percentiles
         ).items():
             try:
                 results[name] = self.query(promql)
