@@ -63,8 +63,9 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     settings.networking.request_timeout = 60
     settings.execution.max_workers = 8
     # Memory with 1,000 LlamaServices. kopf lists each watched kind in one response unless chunked, and
-    # each object's worker keeps that object's last event (the whole body) until it idles out: at a
-    # restart that was every pod, Deployment, Service... at once (136 MiB of parsed JSON in the profile).
+    # each object's worker keeps that object's last event (the whole body) until it idles out. (At a
+    # restart every worker also waits with its body until all kinds are indexed: 136 MiB of parsed JSON
+    # in the scale benchmark's profile, which neither setting changes; see the README's Scale section.)
     settings.watching.chunk_size = WATCH_CHUNK_SIZE
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     # Only our objects come over the wire (kopf's `labels=` filters are applied after the whole body was
