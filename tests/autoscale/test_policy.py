@@ -317,17 +317,17 @@ def test_replicas_outside_the_bounds_are_brought_back_at_once() -> None:
 
 
 def test_long_prompts_are_sized_for_their_own_prefill() -> None:
-    # 4 req/s of 1000 tokens on average; the same load with its p95 prompt at 8000 tokens (0.8 s of
+    # 2 req/s of 1000 tokens on average; the same load with its p95 prompt at 8000 tokens (0.8 s of
     # prefill at 10k tok/s) leaves that request 0.2 s to wait instead of the mean's 0.4 s: more replicas.
     # (TTFT 0.6 s: not so comfortable that the capacity estimate is raised first.)
-    mean_only = decide(SPEC, signals(rate=4.0, ttft=0.6), fresh_state(), now=0.0)
-    with_tail = decide(SPEC, signals(rate=4.0, ttft=0.6, long_prompt=8000.0), fresh_state(), now=0.0)
-    short_tail = decide(SPEC, signals(rate=4.0, ttft=0.6, long_prompt=2000.0), fresh_state(), now=0.0)
+    mean_only = decide(SPEC, signals(rate=2.0, ttft=0.6), fresh_state(), now=0.0)
+    with_tail = decide(SPEC, signals(rate=2.0, ttft=0.6, long_prompt=8000.0), fresh_state(), now=0.0)
+    short_tail = decide(SPEC, signals(rate=2.0, ttft=0.6, long_prompt=2000.0), fresh_state(), now=0.0)
     assert (mean_only.needed_replicas or 0) < (with_tail.needed_replicas or 0)
     assert short_tail.needed_replicas == mean_only.needed_replicas  # a light tail changes nothing
     ignored = decide(
         SPEC,
-        signals(rate=4.0, ttft=0.6, long_prompt=8000.0),
+        signals(rate=2.0, ttft=0.6, long_prompt=8000.0),
         fresh_state(),
         0.0,
         replace(DEFAULT_TUNING, prompt_tail_headroom=None),
@@ -359,3 +359,59 @@ def test_a_need_climbing_a_replica_per_evaluation_is_a_burst_too() -> None:
     state = fresh_state().model_copy(update={"recommendations": slow})
     released = decide(SPEC, light, state, now=1100.0 + 400)
     assert released.desired_replicas < 4, released.reason
+
+
+def _rising(rate: float, ready: int, state: AutoscalerState, now: float) -> tuple[int, AutoscalerState]:
+    decision = decide(SPEC, signals(rate=rate, ready=ready), state, now)
+    return decision.desired_replicas, decision.state
+
+
+def test_a_rise_of_one_replica_is_taken_once_it_has_held() -> None:
+    """A need one replica above the current count (a 20 s window's noise as often as not) waits for
+    scale_up_confirm_seconds; it is taken once it has held that long, and forgotten when it falls back."""
+    confirm = DEFAULT_TUNING.scale_up_confirm_seconds
+    steady, up = 2.0, 7.0  # needs 1, then 2 replicas (checked below)
+    assert decide(SPEC, signals(rate=steady), fresh_state(), now=0.0).needed_replicas == 1
+    first = decide(SPEC, signals(rate=up), fresh_state(), now=0.0)
+    assert first.needed_replicas == 2 and first.desired_replicas == 1
+    assert "held" in first.reason and "holding 1" in first.reason
+
+    desired, state = 1, fresh_state()
+    seen: list[tuple[float, int]] = []
+    for now in range(0, int(confirm) + 10, 5):
+        desired, state = _rising(up, 1, state, float(now))
+        seen.append((float(now), desired))
+    assert all(d == 1 for t, d in seen if t < confirm)
+    assert all(d == 2 for t, d in seen if t >= confirm)
+
+    # A rise that falls back before it has held is forgotten: the clock starts again with the next one.
+    state = fresh_state()
+    _, state = _rising(up, 1, state, 0.0)
+    _, state = _rising(steady, 1, state, 20.0)
+    desired, state = _rising(up, 1, state, 25.0)
+    assert desired == 1
+    desired, _ = _rising(up, 1, state, 25.0 + confirm)
+    assert desired == 2
+
+
+def test_a_large_rise_a_queue_or_a_broken_slo_act_at_once() -> None:
+    # Two replicas more than running: a step, not noise.
+    assert decide(SPEC, signals(rate=25.0), fresh_state(), now=0.0).desired_replicas >= 3
+    # One more, with the queue over its target (4 per replica) or the TTFT above the SLO.
+    assert decide(SPEC, signals(rate=7.0, waiting=5.0), fresh_state(), now=0.0).desired_replicas == 2
+    assert decide(SPEC, signals(rate=7.0, ttft=1.5), fresh_state(), now=0.0).desired_replicas == 2
+
+
+def test_replicas_are_sized_for_a_share_of_the_slo_tail() -> None:
+    """window_tail_share: the steady state is sized so that a fifth of the SLO's tail waits past the
+    budget; at the SLO's own tail (share 1) the same load gets fewer replicas."""
+    at_slo_tail = replace(DEFAULT_TUNING, window_tail_share=1.0)
+    # (TTFT 0.6 s: not so comfortable that the capacity estimate is raised first.)
+    for rate in (3.0, 9.0, 14.0, 20.0):
+        tight = decide(SPEC, signals(rate=rate, ttft=0.6), fresh_state(), 0.0).needed_replicas or 0
+        loose = (
+            decide(SPEC, signals(rate=rate, ttft=0.6), fresh_state(), 0.0, at_slo_tail).needed_replicas or 0
+        )
+        assert tight >= loose
+    assert decide(SPEC, signals(rate=3.0, ttft=0.6), fresh_state(), 0.0).needed_replicas == 2
+    assert decide(SPEC, signals(rate=3.0, ttft=0.6), fresh_state(), 0.0, at_slo_tail).needed_replicas == 1

@@ -188,3 +188,26 @@ def test_bench_frontier_sweeps_every_policy(tmp_path: Path) -> None:
         assert series in table
     assert "(default)" in table
     assert (out / "frontier.png").stat().st_size > 10_000
+
+
+def test_autoscalers_start_warm_with_the_replicas_the_opening_minute_needs() -> None:
+    """A trace is a slice of continuous traffic: every autoscaler (ours and the baselines) starts with
+    oracle@target's first minute, the fixed and scheduled replicas with their own count; a cold open
+    starts the autoscalers at minReplicas."""
+    heavy = Trace(
+        "opening", tuple(TraceRequest(i * 0.05, 2000, 50) for i in range(2400))
+    )  # 20 req/s of 2,000-token prompts from the first second: several T4 replicas
+    warm = ScenarioRunner(Scenario(), heavy)
+    opening = warm.oracle_schedule(Scenario().target_attainment)[0]
+    assert opening > 1
+    for name in ("slo", "hpa", "keda", "kpa"):
+        assert warm.opening_replicas(warm.policy(name)) == opening
+    assert warm.opening_replicas(warm.policy("static")) is None
+    assert warm.opening_replicas(warm.policy("oracle-target")) is None
+    result, _ = warm.run(warm.policy("slo"))
+    assert sum(1 for r in result.replicas if r.created == 0.0) == opening
+
+    cold = ScenarioRunner(Scenario(warm_start=False), heavy)
+    assert cold.opening_replicas(cold.policy("slo")) is None
+    result, _ = cold.run(cold.policy("slo"))
+    assert sum(1 for r in result.replicas if r.created == 0.0) == 1

@@ -63,9 +63,18 @@ class PolicyTuning:
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
     burst_count: int = 1  # this many bursts within the burst memory make the load bursty
     burst_rise_seconds: float = 60.0  # ... a rise by burst_rise within this many seconds (0: at once)
+    # A rise of at most `confirm_rise` replicas is taken only once the need has stood that high for
+    # `scale_up_confirm_seconds`: a 20 s rate window of Poisson arrivals and varied prompts swings by a
+    # replica's worth on its own. Larger rises, a queue over target and a broken SLO act at once.
+    confirm_rise: int = 1
+    scale_up_confirm_seconds: float = 30.0
     # The request at the percentile prompt length must wait at most this share of the SLO less its own
     # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only.
     prompt_tail_headroom: float | None = 1.0
+    # Replicas are sized so that this share of the SLO's tail (1 % of requests for a p95 SLO) waits past
+    # the budget. Each one-minute window's percentile is a sample of a few hundred requests: sized at
+    # exactly the SLO's tail, about half the windows of a steady load end above it.
+    window_tail_share: float = 0.2
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -183,6 +192,13 @@ def decide(
         # A hand scale past the bounds is undone at once, whatever the windows and intervals say.
         desired = min(max(current, low), high)
         reason = f"{current} replicas is outside [{low}, {high}]: brought back to {desired}"
+    elif recommended > current and _unconfirmed(
+        recommended, history, now, signals=signals, slo_met=slo_met, spec=spec, tuning=tuning
+    ):
+        reason = (
+            f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
+            f"{tuning.scale_up_confirm_seconds:.0f}s"
+        )
     elif recommended > current:
         desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
@@ -344,6 +360,31 @@ def _remember(
     if not kept or kept[-1].replicas != replicas:
         kept.append(Recommendation(time=now, replicas=replicas))
     return kept
+
+
+def _unconfirmed(
+    recommended: int,
+    history: list[Recommendation],
+    now: float,
+    *,
+    signals: Signals,
+    slo_met: bool | None,
+    spec: AutoscalingSpec,
+    tuning: PolicyTuning,
+) -> bool:
+    """A small rise of the need not yet held for `scale_up_confirm_seconds` (see PolicyTuning); never
+    while the SLO is broken or the queue is over its target."""
+    current = signals.current_replicas
+    if recommended - current > tuning.confirm_rise or slo_met is False:
+        return False
+    if signals.queue_waiting_total / max(signals.ready_replicas, 1) > spec.slo.queue_depth_per_replica:
+        return False
+    since = now
+    for entry in reversed(history):
+        if entry.replicas <= current:
+            break
+        since = entry.time
+    return now - since < tuning.scale_up_confirm_seconds
 
 
 def _highest_since(history: list[Recommendation], since: float) -> int:
@@ -556,7 +597,7 @@ def _replicas_by_queueing(
         wait_budget = min(
             wait_budget, max(slo.ttft_seconds * tuning.prompt_tail_headroom - long_prompt / capacity, 0.0)
         )
-    tail = 1.0 - slo.percentile / 100.0
+    tail = (1.0 - slo.percentile / 100.0) * tuning.window_tail_share
     limit = max(spec.max_replicas * 4, 16)
     by_queueing = replicas_for_wait(signals.request_rate, service, wait_budget, tail, limit)
     by_utilization = math.ceil(signals.prompt_token_rate / (capacity * tuning.max_utilization))

@@ -215,4 +215,5 @@ def scenario_json(scenario: Scenario) -> dict[str, float | int | str]:
         "scrapeIntervalSeconds": scenario.scrape_interval,
         "targetAttainment": scenario.target_attainment,
         "scaleDownStabilizationSeconds": scenario.scale_down_stabilization_seconds,
+        "start": "warm" if scenario.warm_start else "cold open",
     }

@@ -81,6 +81,12 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of requests the benchmark asks within the SLO; priced with foresight by the "
         "oracle-target policy (default 0.99)",
     )
+    parser.add_argument(
+        "--cold-open",
+        action="store_true",
+        help="start every autoscaler at minReplicas under the trace's opening load (default: a warm start, "
+        "with the replicas the opening minute needs, as after the traffic before the slice)",
+    )
 
 
 def _zero_arguments(parser: argparse.ArgumentParser, *, several: bool) -> None:
@@ -121,6 +127,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         queue_depth_per_replica=args.queue_target,
         target_attainment=args.target_attainment,
         scale_down_stabilization_seconds=args.stabilization,
+        warm_start=not args.cold_open,
     )
 
 

@@ -135,7 +135,7 @@ def missed_windows(
 ) -> tuple[list[int], dict[str, list[int]]]:
     """Our missed one-minute windows, and each classified: the oracle@target misses it too; `long
     prompts` (the minute's percentile prompt alone takes LONG_PROMPT_SHARE of the SLO to prefill on one
-    replica); the trace's opening minute (it starts at full load on minReplicas); a `burst` (arrivals >=
+    replica); the trace's opening minute in a cold open (full load on minReplicas); a `burst` (arrivals >=
     BURST_RATIO x the previous five minutes' mean); `maxReplicas`; a `cold start` (a replica was
     starting); or `too few held` (the policy held too few replicas)."""
     slo, q = scenario.slo_ttft_seconds, scenario.percentile
@@ -161,7 +161,7 @@ def missed_windows(
         long_prompt = quantile(sorted(prompts[minute]), q / 100.0)
         if oracle_p.get(minute, 0.0) > slo:
             causes["oracle@ misses it too"].append(minute)
-        elif minute == 0:
+        elif minute == 0 and not scenario.warm_start:
             causes["opening minute (full load on minReplicas)"].append(minute)
         elif long_prompt / prefill_rate >= LONG_PROMPT_SHARE * slo:
             causes[f"long prompts (p{q:g} prompt alone >= {LONG_PROMPT_SHARE:.0%} of the SLO)"].append(minute)

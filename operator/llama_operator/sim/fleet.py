@@ -278,13 +278,15 @@ def simulate(
     policy: SimPolicy,
     config: FleetConfig,
     progress: Callable[[float], None] | None = None,
+    initial: int | None = None,
 ) -> SimulationResult:
-    """Replay `trace` against a fleet scaled by `policy`; runs until every request has finished."""
+    """Replay `trace` against a fleet scaled by `policy`; runs until every request has finished. `initial`:
+    the fleet starts with this many ready replicas instead of the policy's own start (a warm start)."""
     requests = [
         SimRequest(i, r.arrival, r.prompt_tokens, r.output_tokens, r.prompt_tokens)
         for i, r in enumerate(trace.requests)
     ]
-    fleet = Fleet(config, policy.initial_replicas())
+    fleet = Fleet(config, policy.initial_replicas() if initial is None else initial)
     view = MetricsView(config.scrape_interval)
     interval = max(1, policy.evaluation_interval)
     events = fleet.events

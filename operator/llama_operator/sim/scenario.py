@@ -23,6 +23,7 @@ from llama_operator.sim.trace import Trace
 
 BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive")
 TUNED_POLICIES = ("hpa-tuned", "keda-tuned", "kpa-tuned")
+AUTOSCALERS = (SloPolicy, HpaPolicy, KedaPolicy, KpaPolicy)
 # Targets the tuned baselines sweep: waiting requests per pod (HPA), the KEDA threshold, and in-flight
 # requests per pod (KPA, whose concurrency includes the running batch).
 TUNING_SWEEPS: dict[str, tuple[float, ...]] = {
@@ -58,6 +59,10 @@ class Scenario:
     # activationTimeoutSeconds. None: at least min_replicas (>= 1) replicas, no activator.
     scale_to_zero_after_seconds: int | None = None
     activation_timeout_seconds: int = 300
+    # A trace is a slice of continuous traffic: every autoscaler starts with the replicas its opening
+    # minute needs (oracle@target's first minute), as it would hold them after the traffic before the
+    # slice, not with minReplicas under full load. False: a cold open (a service created under load).
+    warm_start: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target_attainment <= 1.0:
@@ -220,8 +225,16 @@ class ScenarioRunner:
             )
         raise ValueError(f"unknown policy {name!r}; known: {', '.join((*BASE_POLICIES, *TUNED_POLICIES))}")
 
+    def opening_replicas(self, policy: SimPolicy) -> int | None:
+        """The replicas an autoscaler starts with in a warm start (see `Scenario.warm_start`); None for
+        fixed and scheduled replicas (they start with their own first count)."""
+        s = self.scenario
+        if not s.warm_start or not isinstance(policy, AUTOSCALERS):
+            return None
+        return self.oracle_schedule(s.target_attainment)[0]
+
     def run(self, policy: SimPolicy) -> tuple[SimulationResult, RunSummary]:
-        result = simulate(self.trace, policy, self.config)
+        result = simulate(self.trace, policy, self.config, initial=self.opening_replicas(policy))
         s = self.scenario
         return result, summarize(result, s.slo_ttft_seconds, s.percentile, s.slo_tpot_seconds)
 
