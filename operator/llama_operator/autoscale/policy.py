@@ -5,11 +5,13 @@ Pure and deterministic: time is an argument, everything remembered between evalu
 and in the simulator.
 
 Scale-up is sized from the load in one step: an M/M/c estimate of the replicas that keep
-P(queue wait > headroom * SLO - mean prefill time) under 1 - percentile at the observed request
-rate and mean prompt length, each replica's prefill capacity calibrated online around the
-catalog's figure; with floors from the backlog (drained within a bounded time), the user's
+P(queue wait > headroom * SLO - mean prefill time) under a share of 1 - percentile (window_tail_share)
+at the observed request rate and mean prompt length, each replica's prefill capacity calibrated online
+around the catalog's figure; with floors from the backlog (drained within a bounded time), the user's
 queue-per-replica target and KV-cache usage. The need is absolute, so replicas still starting
-count as capacity, and a queue that builds while they load is not counted again (no cascade).
+count as capacity, and a queue that builds while they load is not counted again (no cascade). A rise
+of one replica waits until the need has held for scale_up_confirm_seconds (noise of the rate window);
+a larger rise, a queue over its target or a broken SLO acts at once.
 
 Scale-down takes the highest need of the stabilization window (HPA-style, each need computed with
 the SLO headroom at the load then observed, so the survivors still meet the SLO), stretched when the
