@@ -71,8 +71,10 @@ class PolicyTuning:
     confirm_rise: int = 1
     scale_up_confirm_seconds: float = 30.0
     # The request at the percentile prompt length must wait at most this share of the SLO less its own
-    # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only.
-    prompt_tail_headroom: float | None = 1.0
+    # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only. Below 1: a long prompt's
+    # prefill shares its steps with the running decodes (chunked prefill), so it takes longer than its
+    # tokens over the prefill capacity.
+    prompt_tail_headroom: float | None = 0.9
     # Replicas are sized so that this share of the SLO's tail (1 % of requests for a p95 SLO) waits past
     # the budget. Each one-minute window's percentile is a sample of a few hundred requests: sized at
     # exactly the SLO's tail, about half the windows of a steady load end above it.
