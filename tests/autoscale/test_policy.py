@@ -318,7 +318,8 @@ def test_replicas_outside_the_bounds_are_brought_back_at_once() -> None:
 
 def test_long_prompts_are_sized_for_their_own_prefill() -> None:
     # 2 req/s of 1000 tokens on average; the same load with its p95 prompt at 8000 tokens (0.8 s of
-    # prefill at 10k tok/s) leaves that request 0.1 s to wait (90 % of the SLO less its prefill) instead of the mean's 0.4 s: more replicas.
+    # prefill at 10k tok/s) leaves that request 0.1 s to wait (90 % of the SLO less its prefill) instead
+    # of the mean's 0.4 s: more replicas.
     # (TTFT 0.6 s: not so comfortable that the capacity estimate is raised first.)
     mean_only = decide(SPEC, signals(rate=2.0, ttft=0.6), fresh_state(), now=0.0)
     with_tail = decide(SPEC, signals(rate=2.0, ttft=0.6, long_prompt=8000.0), fresh_state(), now=0.0)
