@@ -363,17 +363,19 @@ def test_a_need_climbing_a_replica_per_evaluation_is_a_burst_too() -> None:
 
 
 def _rising(rate: float, ready: int, state: AutoscalerState, now: float) -> tuple[int, AutoscalerState]:
-    decision = decide(SPEC, signals(rate=rate, ready=ready), state, now)
+    # TTFT 0.45 s: not so comfortable that the capacity estimate is raised meanwhile.
+    decision = decide(SPEC, signals(rate=rate, ready=ready, ttft=0.45), state, now)
     return decision.desired_replicas, decision.state
 
 
-def test_a_rise_of_one_replica_is_taken_once_it_has_held() -> None:
-    """A need one replica above the current count (a 20 s window's noise as often as not) waits for
-    scale_up_confirm_seconds; it is taken once it has held that long, and forgotten when it falls back."""
+def test_a_rise_of_one_replica_within_the_noise_is_taken_once_it_has_held() -> None:
+    """A need one replica above the current count that the 30 s window's Poisson noise could explain
+    waits for scale_up_confirm_seconds; it is taken once it has held that long, and forgotten when it
+    falls back."""
     confirm = DEFAULT_TUNING.scale_up_confirm_seconds
-    steady, up = 2.0, 7.0  # needs 1, then 2 replicas (checked below)
-    assert decide(SPEC, signals(rate=steady), fresh_state(), now=0.0).needed_replicas == 1
-    first = decide(SPEC, signals(rate=up), fresh_state(), now=0.0)
+    steady, up = 2.0, 2.5  # needs 1, then 2 replicas; 1 would do at 2.5 less two standard deviations
+    assert decide(SPEC, signals(rate=steady, ttft=0.45), fresh_state(), now=0.0).needed_replicas == 1
+    first = decide(SPEC, signals(rate=up, ttft=0.45), fresh_state(), now=0.0)
     assert first.needed_replicas == 2 and first.desired_replicas == 1
     assert "held" in first.reason and "holding 1" in first.reason
 
@@ -395,12 +397,15 @@ def test_a_rise_of_one_replica_is_taken_once_it_has_held() -> None:
     assert desired == 2
 
 
-def test_a_large_rise_a_queue_or_a_broken_slo_act_at_once() -> None:
+def test_a_rise_beyond_the_noise_a_large_rise_a_queue_or_a_broken_slo_act_at_once() -> None:
+    # One replica more, at a rate the current one could not serve even two standard deviations lower.
+    beyond = decide(SPEC, signals(rate=3.5, ttft=0.45), fresh_state(), now=0.0)
+    assert beyond.needed_replicas == 2 and beyond.desired_replicas == 2
     # Two replicas more than running: a step, not noise.
     assert decide(SPEC, signals(rate=25.0), fresh_state(), now=0.0).desired_replicas >= 3
-    # One more, with the queue over its target (4 per replica) or the TTFT above the SLO.
-    assert decide(SPEC, signals(rate=7.0, waiting=5.0), fresh_state(), now=0.0).desired_replicas == 2
-    assert decide(SPEC, signals(rate=7.0, ttft=1.5), fresh_state(), now=0.0).desired_replicas == 2
+    # One more within the noise, with the queue over its target (4 per replica) or the TTFT above the SLO.
+    assert decide(SPEC, signals(rate=2.5, ttft=0.45, waiting=5.0), fresh_state(), 0.0).desired_replicas == 2
+    assert decide(SPEC, signals(rate=2.5, ttft=1.5), fresh_state(), now=0.0).desired_replicas == 2
 
 
 def test_replicas_are_sized_for_a_share_of_the_slo_tail() -> None:

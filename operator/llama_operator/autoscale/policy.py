@@ -10,8 +10,9 @@ at the observed request rate and mean prompt length, each replica's prefill capa
 around the catalog's figure; with floors from the backlog (drained within a bounded time), the user's
 queue-per-replica target and KV-cache usage. The need is absolute, so replicas still starting
 count as capacity, and a queue that builds while they load is not counted again (no cascade). A rise
-of one replica waits until the need has held for scale_up_confirm_seconds (noise of the rate window);
-a larger rise, a queue over its target or a broken SLO acts at once.
+of one replica that the rate window's Poisson noise could explain (the current replicas would do at the
+rate less two standard deviations) waits until the need has held for scale_up_confirm_seconds; a rise
+beyond the noise, a larger rise, a queue over its target or a broken SLO acts at once.
 
 Scale-down takes the highest need of the stabilization window (HPA-style, each need computed with
 the SLO headroom at the load then observed, so the survivors still meet the SLO), stretched when the
@@ -38,7 +39,7 @@ two activators reporting the same demand make one scale-up); the load then sizes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec
@@ -65,11 +66,14 @@ class PolicyTuning:
     burst_rise: int = 2  # a rise of the need by this many replicas at once counts as a burst
     burst_count: int = 1  # this many bursts within the burst memory make the load bursty
     burst_rise_seconds: float = 60.0  # ... a rise by burst_rise within this many seconds (0: at once)
-    # A rise of at most `confirm_rise` replicas is taken only once the need has stood that high for
-    # `scale_up_confirm_seconds`: a 20 s rate window of Poisson arrivals and varied prompts swings by a
-    # replica's worth on its own. Larger rises, a queue over target and a broken SLO act at once.
+    # A rise of at most `confirm_rise` replicas that the current replicas would serve at the request rate
+    # less `confirm_noise_sigmas` Poisson standard deviations is taken only once the need has stood that
+    # high for `scale_up_confirm_seconds`: a 20 s rate window of Poisson arrivals and varied prompts swings
+    # by a replica's worth on its own. A rise beyond the noise (a flash crowd), a larger rise, a queue over
+    # target and a broken SLO act at once.
     confirm_rise: int = 1
     scale_up_confirm_seconds: float = 30.0
+    confirm_noise_sigmas: float = 2.0
     # The request at the percentile prompt length must wait at most this share of the SLO less its own
     # prefill (vllm:request_prompt_tokens); None: size from the mean prompt only. Below 1: a long prompt's
     # prefill shares its steps with the running decodes (chunked prefill), so it takes longer than its
@@ -197,7 +201,14 @@ def decide(
         desired = min(max(current, low), high)
         reason = f"{current} replicas is outside [{low}, {high}]: brought back to {desired}"
     elif recommended > current and _unconfirmed(
-        recommended, history, now, signals=signals, slo_met=slo_met, spec=spec, tuning=tuning
+        recommended,
+        history,
+        now,
+        signals=signals,
+        slo_met=slo_met,
+        capacity=capacity,
+        spec=spec,
+        tuning=tuning,
     ):
         reason = (
             f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
@@ -373,16 +384,29 @@ def _unconfirmed(
     *,
     signals: Signals,
     slo_met: bool | None,
+    capacity: float | None,
     spec: AutoscalingSpec,
     tuning: PolicyTuning,
 ) -> bool:
-    """A small rise of the need not yet held for `scale_up_confirm_seconds` (see PolicyTuning); never
-    while the SLO is broken or the queue is over its target."""
+    """A small rise of the need that the rate window's own noise could explain, not yet held for
+    `scale_up_confirm_seconds` (see PolicyTuning); never while the SLO is broken or the queue is over its
+    target. Noise: the current replicas would do at the request rate less `confirm_noise_sigmas` standard
+    deviations of a Poisson count over the window (a flash crowd is far outside it, and acts at once)."""
     current = signals.current_replicas
     if recommended - current > tuning.confirm_rise or slo_met is False:
         return False
     if signals.queue_waiting_total / max(signals.ready_replicas, 1) > spec.slo.queue_depth_per_replica:
         return False
+    rate, window = signals.request_rate, signals.window_seconds
+    if capacity is not None and rate > 0 and window > 0 and signals.prompt_token_rate > 0:
+        lower = max(rate - tuning.confirm_noise_sigmas * math.sqrt(rate / window), 0.0)
+        if lower <= 0:
+            return True
+        low_load = replace(
+            signals, request_rate=lower, prompt_token_rate=signals.prompt_token_rate * lower / rate
+        )
+        if _replicas_by_queueing(spec, low_load, capacity, tuning) > current:
+            return False  # beyond what noise explains
     since = now
     for entry in reversed(history):
         if entry.replicas <= current:
