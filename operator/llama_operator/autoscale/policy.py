@@ -395,7 +395,7 @@ def _unconfirmed(
     current = signals.current_replicas
     if recommended - current > tuning.confirm_rise or slo_met is False:
         return False
-    if signals.queue_waiting_total / max(signals.ready_replicas, 1) > spec.slo.queue_depth_per_replica:
+    if _queue_per_replica(signals) > spec.slo.queue_depth_per_replica:
         return False
     rate, window = signals.request_rate, signals.window_seconds
     if capacity is not None and rate > 0 and window > 0 and signals.prompt_token_rate > 0:
@@ -413,6 +413,11 @@ def _unconfirmed(
             break
         since = entry.time
     return now - since < tuning.scale_up_confirm_seconds
+
+
+def _queue_per_replica(signals: Signals) -> float:
+    """Requests waiting per ready replica (per one, while none is ready), against the user's target."""
+    return signals.queue_waiting_total / max(signals.ready_replicas, 1)
 
 
 def _highest_since(history: list[Recommendation], since: float) -> int:
@@ -666,7 +671,7 @@ def _needed_replicas(
                 / (capacity * tuning.max_utilization)
             )
             needs.append(_Need(drain, f"{signals.queue_waiting_total:.0f} waiting must drain"))
-    queue_per_replica = signals.queue_waiting_total / ready
+    queue_per_replica = _queue_per_replica(signals)
     # A queue that builds while replicas load (or that they found on joining) is theirs to absorb:
     # re-counting it is how scale-ups cascade (2 -> 4 -> 8 -> 16) before the new replicas tell.
     if not absorbing and queue_per_replica > slo.queue_depth_per_replica:
