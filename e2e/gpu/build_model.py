@@ -92,13 +92,15 @@ def build_llama_32_1b(out: Path, seed: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--shape", choices=["llama-3.2-1b", "tiny"], required=True)
+    ap.add_argument("--shape", choices=["llama-3.2-1b", "tiny", "engine-bound"], required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config-only", action="store_true", help="write config.json only (a dry run)")
     args = ap.parse_args()
-    if args.shape == "tiny":
+    if args.shape in ("tiny", "engine-bound"):  # tiny_model.py's CPU-sized shapes
         tiny = Path(__file__).resolve().parents[1] / "vllm" / "tiny_model.py"
-        return subprocess.call([sys.executable, str(tiny), str(args.out), "--seed", str(args.seed)])
+        return subprocess.call(
+            [sys.executable, str(tiny), str(args.out), "--seed", str(args.seed), "--shape", args.shape]
+        )
     if args.config_only:
         write_config(args.out)
     else:

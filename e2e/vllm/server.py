@@ -90,11 +90,14 @@ def require_vllm_python() -> Path:
     return py
 
 
-def build_tiny_model(out_dir: Path | str, *, seed: int = 0, python: Path | None = None) -> Path:
-    """Build (or reuse) the tiny random-weight Llama in out_dir; returns out_dir."""
+def build_tiny_model(
+    out_dir: Path | str, *, seed: int = 0, python: Path | None = None, shape: str = "tiny"
+) -> Path:
+    """Build (or reuse) the random-weight Llama in out_dir (tiny_model.py's shapes: tiny, engine-bound);
+    returns out_dir."""
     out = Path(out_dir)
     py = python or require_vllm_python()
-    cmd = [str(py), str(HERE / "tiny_model.py"), str(out), "--seed", str(seed)]
+    cmd = [str(py), str(HERE / "tiny_model.py"), str(out), "--seed", str(seed), "--shape", shape]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise VllmServerError(f"tiny_model.py failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

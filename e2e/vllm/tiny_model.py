@@ -2,12 +2,15 @@
 
 Runs under the cached vllm venv's python (it has torch, transformers and tokenizers):
 
-    "$(e2e/vllm/install.sh)" e2e/vllm/tiny_model.py OUT_DIR [--seed 0] [--force]
+    "$(e2e/vllm/install.sh)" e2e/vllm/tiny_model.py OUT_DIR [--seed 0] [--shape tiny] [--force]
 
 OUT_DIR gets config.json, generation_config.json, model.safetensors and a byte-level BPE
 tokenizer (tokenizer.json + tokenizer_config.json with a Llama-3-style chat template).
-Shape: hidden 128, 4 heads, 2 KV heads, head_dim 32 (16 crashes vLLM's CPU attention),
-2 layers, vocab 4096, 2048 positions. The tokenizer is trained on the source text of a
+Shape (`--shape tiny`, the default): hidden 128, 4 heads, 2 KV heads, head_dim 32 (16 crashes vLLM's
+CPU attention), 2 layers, vocab 4096, 2048 positions. `--shape engine-bound` (hidden 384, 6 heads, 1 KV
+head, head_dim 64, 4 layers, MLP 1024; 36 MB): a decode step of 7-10 ms on one core, large against the
+API server's work per streamed token, for the simulator-vs-vLLM benchmark, where the tiny model's 1.5 ms
+step left the front end on the other core as the bottleneck. The tokenizer is trained on the source text of a
 fixed list of Python standard library modules, so for one Python version the output is the
 same bytes every time. Leaves OUT_DIR alone when a build with the same recipe is there.
 """
@@ -22,15 +25,26 @@ import os
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 RECIPE_VERSION = 1
-HIDDEN = 128
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = HIDDEN // HEADS
-LAYERS = 2
-INTERMEDIATE = 256
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    intermediate: int
+
+
+SHAPES = {
+    "tiny": Shape(hidden=128, heads=4, kv_heads=2, head_dim=32, layers=2, intermediate=256),
+    "engine-bound": Shape(hidden=384, heads=6, kv_heads=1, head_dim=64, layers=4, intermediate=1024),
+}
 VOCAB = 4096
 MAX_POSITIONS = 2048
 
@@ -156,7 +170,7 @@ def build_tokenizer(out: Path) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def build_model(out: Path, seed: int) -> None:
+def build_model(out: Path, seed: int, shape: Shape) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -164,12 +178,12 @@ def build_model(out: Path, seed: int) -> None:
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     config = LlamaConfig(
         vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        head_dim=HEAD_DIM,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
         max_position_embeddings=MAX_POSITIONS,
         bos_token_id=ids[BOS],
         eos_token_id=[ids[EOT], ids[EOS]],
@@ -184,19 +198,20 @@ def build_model(out: Path, seed: int) -> None:
     model.save_pretrained(str(out), safe_serialization=True)
 
 
-def stamp(seed: int) -> str:
+def stamp(seed: int, shape: Shape) -> str:
+    s = shape
     recipe = {
         "recipe": RECIPE_VERSION,
         "seed": seed,
         "python": sys.version.split()[0],
-        "shape": [HIDDEN, HEADS, KV_HEADS, HEAD_DIM, LAYERS, INTERMEDIATE, VOCAB, MAX_POSITIONS],
+        "shape": [s.hidden, s.heads, s.kv_heads, s.head_dim, s.layers, s.intermediate, VOCAB, MAX_POSITIONS],
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build(out: Path, seed: int = 0, force: bool = False) -> Path:
+def build(out: Path, seed: int = 0, force: bool = False, shape: str = "tiny") -> Path:
     marker = out / ".tiny-model-stamp"
-    want = stamp(seed)
+    want = stamp(seed, SHAPES[shape])
     if not force and marker.is_file() and marker.read_text() == want:
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -205,7 +220,7 @@ def build(out: Path, seed: int = 0, force: bool = False) -> Path:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TQDM_DISABLE", "1")  # "Writing model shards" bars
     build_tokenizer(out)
-    build_model(out, seed)
+    build_model(out, seed, SHAPES[shape])
     marker.write_text(want)
     return out
 
@@ -214,11 +229,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("out", type=Path, help="folder to write the model into")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="the model's size (default tiny)")
     ap.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
     ns = ap.parse_args()
     start = time.monotonic()
-    build(ns.out, ns.seed, ns.force)
-    print(f"tiny model ready in {ns.out} ({time.monotonic() - start:.1f} s)", file=sys.stderr)
+    build(ns.out, ns.seed, ns.force, ns.shape)
+    print(f"{ns.shape} model ready in {ns.out} ({time.monotonic() - start:.1f} s)", file=sys.stderr)
     return 0
 
 

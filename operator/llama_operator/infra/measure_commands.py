@@ -24,7 +24,8 @@ from llama_operator.sim.agreement import (
     trace_slice,
 )
 from llama_operator.sim.profile import MeasuredProfile, load_profile
-from llama_operator.sim.trace import BUNDLED_TRACES, load_trace
+from llama_operator.sim.trace import BUNDLED_TRACES
+from llama_operator.sim.tracegen import GENERATED_TRACES, load_named
 
 
 def _progress(started: float) -> Progress:
@@ -78,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--profile", type=Path, required=True, help="the server's profile (llama-operator profile)"
     )
     rep.add_argument(
-        "--trace", default="conversation", help=f"CSV path or one of {', '.join(BUNDLED_TRACES)}"
+        "--trace",
+        default="conversation",
+        help=f"CSV path or one of {', '.join((*BUNDLED_TRACES, *GENERATED_TRACES))}",
     )
     rep.add_argument("--requests", type=int, default=200, help="requests in the slice")
     rep.add_argument("--max-prompt", type=int, default=1024, help="clip prompts to this many tokens")
@@ -146,7 +149,7 @@ def compare(
 ) -> list[LevelComparison]:
     """Replay the slice at each level against the server and through the simulator."""
     replica = profile.replica_profile()
-    requests = trace_slice(load_trace(trace), count, max_prompt, max_output)
+    requests = trace_slice(load_named(trace), count, max_prompt, max_output)
     capacity = capacity_rps(replica, requests)
     say: Progress = progress or (lambda _line: None)
     say(f"slice: {len(requests)} requests of {trace}; capacity by the profile {capacity:.1f} requests/s")

@@ -9,6 +9,7 @@ TTFT a user sees, and the chunks that follow give the inter-token latency."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 import re
@@ -237,14 +238,46 @@ async def _prefill_points(
     return points
 
 
+def decode_step_seconds(timings: Sequence[StreamTiming]) -> float | None:
+    """The decode step time that concurrent streams show while no prompt is being prefilled.
+
+    A stream's inter-token gap that overlaps another stream's prefill (from its request going out to its
+    first token) holds that prefill too: a 1,024-token prompt stalls every decoding sequence for as long
+    as it takes. Those gaps are left out; a closed loop restarts a stream every few dozen tokens, so with
+    long prompts they are most gaps' neighbours, and counting them made the step look 2-3x as long as it
+    is. Each stream's clean time is divided by its clean gaps, so chunks the API server merged (several
+    tokens in one read: zero-length gaps) count as the steps they were; the median over the streams that
+    kept three clean gaps or more is the step. None when none did."""
+    prefills = [
+        (timing.sent if math.isnan(timing.posted) else timing.posted, timing.chunk_times[0])
+        for timing in timings
+        if timing.chunk_times
+    ]
+    per_stream = []
+    for timing in timings:
+        chunks = timing.chunk_times
+        if len(chunks) < 4:
+            continue
+        own = (timing.sent if math.isnan(timing.posted) else timing.posted, chunks[0])
+        # The prefills that overlap this stream's decoding at all (a closed loop's streams are many).
+        foreign = [(lo, hi) for lo, hi in prefills if lo < chunks[-1] and hi > chunks[0] and (lo, hi) != own]
+        clean_time, clean_gaps = 0.0, 0
+        for start, end in itertools.pairwise(chunks):
+            if any(lo < end and hi > start for lo, hi in foreign):
+                continue
+            clean_time += end - start
+            clean_gaps += 1
+        if clean_gaps >= 3 and clean_time > 0:
+            per_stream.append(clean_time / clean_gaps)
+    return statistics.median(per_stream) if per_stream else None
+
+
 async def _decode_point(
     client: VllmClient, batch: int, prompt: int, tokens: int, seconds: float
 ) -> DecodePoint:
     """`batch` streams of fixed length, each restarted as soon as it ends, for `seconds` (a closed loop:
-    the batch stays full, and a point rests on hundreds of steps, not a few). The step time is each
-    stream's mean time per token after its first, the median over the streams. Chunk gaps alone would
-    mislead: the API server merges tokens into one chunk when it falls behind, and on a busy host the
-    client reads several chunks at once."""
+    the batch stays full, and a point rests on hundreds of steps, not a few); the step time is
+    `decode_step_seconds` of the streams."""
     start = time.perf_counter()
     timings: list[StreamTiming] = []
 
@@ -255,11 +288,10 @@ async def _decode_point(
                 return
 
     await asyncio.gather(*(loop() for _ in range(batch)))
-    # A stream read in fewer than three pieces tells nothing of its pace (the client was not scheduled).
-    per_token = [t.tpot for t in _ok(timings) if t.tpot is not None and len(set(t.chunk_times)) >= 3]
-    if not per_token:
-        raise ProbeError(f"decode batch {batch}: no stream gave two tokens")
-    return DecodePoint(batch, prompt + tokens / 2, statistics.median(per_token))
+    step = decode_step_seconds(_ok(timings))
+    if step is None:
+        raise ProbeError(f"decode batch {batch}: no stream gave three tokens clear of another's prefill")
+    return DecodePoint(batch, prompt + tokens / 2, step)
 
 
 async def _decode_points(

@@ -383,7 +383,8 @@ IDLE_HOURS = TraceSpec(
     on_off=OnOff(40 * MIN, 60 * MIN, jitter=0.5),
     description="a working day in 8 hours: 20-60 minutes of chat traffic between idle hours",
 )
-GENERATED_TRACES: dict[str, TraceSpec] = {IDLE_HOURS.name: IDLE_HOURS}
+# Every generated trace by name: the family's (for `bench --traces`, `simulate`, `replay`) and the others.
+GENERATED_TRACES: dict[str, TraceSpec] = {spec.name: spec for spec in (*DEV_FAMILY, IDLE_HOURS)}
 
 
 def family(name: str) -> tuple[TraceSpec, ...]:
