@@ -397,6 +397,24 @@ def test_a_rise_of_one_replica_within_the_noise_is_taken_once_it_has_held() -> N
     assert desired == 2
 
 
+def test_a_rise_at_a_rate_the_noise_explains_entirely_is_held_for_the_confirm_time_only() -> None:
+    """At 0.1 req/s a 30 s window's two standard deviations exceed the rate itself: the rise is
+    within the noise, so it waits scale_up_confirm_seconds like any other, then is taken (not held
+    for as long as the queue stays short)."""
+    confirm = DEFAULT_TUNING.scale_up_confirm_seconds
+    slow = signals(rate=0.1, prompt=4000.0, ttft=0.45)  # 0.4 s prefills: sized for 2 replicas
+    first = decide(SPEC, slow, fresh_state(), now=0.0)
+    assert first.needed_replicas == 2 and first.desired_replicas == 1, first.reason
+    state = first.state
+    seen: list[tuple[float, int]] = []
+    for now in range(5, int(confirm) + 15, 5):
+        decision = decide(SPEC, slow, state, float(now))
+        state = decision.state
+        seen.append((float(now), decision.desired_replicas))
+    assert all(d == 1 for t, d in seen if t < confirm), seen
+    assert all(d == 2 for t, d in seen if t >= confirm), seen
+
+
 def test_a_rise_beyond_the_noise_a_large_rise_a_queue_or_a_broken_slo_act_at_once() -> None:
     # One replica more, at a rate the current one could not serve even two standard deviations lower.
     beyond = decide(SPEC, signals(rate=3.5, ttft=0.45), fresh_state(), now=0.0)

@@ -399,14 +399,14 @@ def _unconfirmed(
         return False
     rate, window = signals.request_rate, signals.window_seconds
     if capacity is not None and rate > 0 and window > 0 and signals.prompt_token_rate > 0:
-        lower = max(rate - tuning.confirm_noise_sigmas * math.sqrt(rate / window), 0.0)
-        if lower <= 0:
-            return True
-        low_load = replace(
-            signals, request_rate=lower, prompt_token_rate=signals.prompt_token_rate * lower / rate
-        )
-        if _replicas_by_queueing(spec, low_load, capacity, tuning) > current:
-            return False  # beyond what noise explains
+        lower = rate - tuning.confirm_noise_sigmas * math.sqrt(rate / window)
+        # At or below zero the noise explains the whole rate: no beyond-the-noise test, only the hold.
+        if lower > 0:
+            low_load = replace(
+                signals, request_rate=lower, prompt_token_rate=signals.prompt_token_rate * lower / rate
+            )
+            if _replicas_by_queueing(spec, low_load, capacity, tuning) > current:
+                return False  # beyond what noise explains
     since = now
     for entry in reversed(history):
         if entry.replicas <= current:

@@ -53,6 +53,11 @@ class StreamTiming:
             return None
         return (self.chunk_times[-1] - self.chunk_times[0]) / (self.output_tokens - 1)
 
+    @property
+    def prefill_window(self) -> tuple[float, float]:
+        """From the request going out (posted, else sent) to its first token. Needs a first token."""
+        return (self.sent if math.isnan(self.posted) else self.posted, self.chunk_times[0])
+
 
 class VllmClient:
     """An OpenAI-API client for one vLLM server, with the helpers the profile needs."""
@@ -248,19 +253,20 @@ def decode_step_seconds(timings: Sequence[StreamTiming]) -> float | None:
     is. Each stream's clean time is divided by its clean gaps, so chunks the API server merged (several
     tokens in one read: zero-length gaps) count as the steps they were; the median over the streams that
     kept three clean gaps or more is the step. None when none did."""
-    prefills = [
-        (timing.sent if math.isnan(timing.posted) else timing.posted, timing.chunk_times[0])
-        for timing in timings
-        if timing.chunk_times
-    ]
+    started = [timing for timing in timings if timing.chunk_times]
+    windows = [timing.prefill_window for timing in started]
     per_stream = []
-    for timing in timings:
+    for index, timing in enumerate(started):
         chunks = timing.chunk_times
         if len(chunks) < 4:
             continue
-        own = (timing.sent if math.isnan(timing.posted) else timing.posted, chunks[0])
-        # The prefills that overlap this stream's decoding at all (a closed loop's streams are many).
-        foreign = [(lo, hi) for lo, hi in prefills if lo < chunks[-1] and hi > chunks[0] and (lo, hi) != own]
+        # The other streams' prefills that overlap this stream's decoding at all (a closed loop's
+        # streams are many).
+        foreign = [
+            (lo, hi)
+            for other, (lo, hi) in enumerate(windows)
+            if other != index and lo < chunks[-1] and hi > chunks[0]
+        ]
         clean_time, clean_gaps = 0.0, 0
         for start, end in itertools.pairwise(chunks):
             if any(lo < end and hi > start for lo, hi in foreign):
