@@ -24,6 +24,7 @@ from llama_operator.sim.frontier import FrontierPoint, dominated
 from llama_operator.sim.report import RunSummary
 from llama_operator.sim.scenario import Scenario, ScenarioRunner
 from llama_operator.sim.trace import Trace, TraceRequest
+from llama_operator.sim.tracegen import family
 
 
 def call(argv: list[str]) -> int:
@@ -55,6 +56,12 @@ def test_family_traces_include_the_bundled_ones_and_cut_slices() -> None:
     assert "bundled" in traces[1][1]
     with pytest.raises(ValueError, match="not in family"):
         family_traces("dev", only=["nope"])
+
+
+def test_the_holdout_family_is_generated_traces_only() -> None:
+    """The bundled Azure traces are judged in dev already; holdout adds none of them."""
+    names = [t.name for t, _ in family_traces("holdout", minutes=1)]
+    assert names == [s.name for s in family("holdout")]
 
 
 def test_missed_windows_are_classified_burst_first() -> None:

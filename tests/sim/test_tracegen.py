@@ -128,6 +128,21 @@ def test_the_dev_family_covers_the_shapes_in_30_to_60_minutes() -> None:
         family("nope")
 
 
+def test_the_holdout_family_shares_no_name_seed_or_shape_with_dev() -> None:
+    """The holdout family estimates how the policy does on traffic it was not tuned on: nothing in it may
+    repeat a dev trace (a shared seed and shape would make it a second look at the same traffic)."""
+    dev, holdout = family("dev"), family("holdout")
+    assert len(holdout) >= 8
+    assert not {s.name for s in dev} & {s.name for s in holdout}
+    assert not {s.seed for s in dev} & {s.seed for s in holdout}
+
+    def shape(spec: TraceSpec) -> TraceSpec:
+        return replace(spec, name="", seed=0, description="")
+
+    assert not {shape(s) for s in dev} & {shape(s) for s in holdout}
+    assert all(generate(s).requests for s in holdout)
+
+
 def test_head_keeps_the_first_minutes() -> None:
     trace = generate(DEV_FAMILY[0])
     short = head(trace, 5)

@@ -88,12 +88,16 @@ def base_name(policy: str) -> str:
     return name.split("@", 1)[0] + "@" if "@" in name else name
 
 
+# Families that judge the bundled Azure traces too; the holdout family is generated traces only.
+WITH_BUNDLED = frozenset({"dev"})
+
+
 def family_traces(
     name: str, minutes: float | None = None, only: Sequence[str] = ()
 ) -> list[tuple[Trace, str]]:
     """The family's traces (generated ones and the bundled Azure traces), each cut to its first
     `minutes` when given, with a one-line description."""
-    members: list[TraceSpec | str] = [*family(name), *BUNDLED_TRACES]
+    members: list[TraceSpec | str] = [*family(name), *(BUNDLED_TRACES if name in WITH_BUNDLED else ())]
     known = [m if isinstance(m, str) else m.name for m in members]
     unknown = [o for o in only if o not in known]
     if unknown:

@@ -368,7 +368,104 @@ DEV_FAMILY: tuple[TraceSpec, ...] = (
     ),
 )
 
-FAMILIES: dict[str, tuple[TraceSpec, ...]] = {"dev": DEV_FAMILY}
+# The holdout family: shapes and seeds the policy was never tuned on (none of its knobs was chosen while
+# looking at these), for an honest estimate of how it does on traffic it has not seen. Judge a policy
+# change on `dev`; run `holdout` once it is settled, and report both.
+HOLDOUT_FAMILY: tuple[TraceSpec, ...] = (
+    TraceSpec(
+        "steady-high",
+        301,
+        40,
+        14.0,
+        Lengths("lognormal", 600, 0.7),
+        Lengths("lognormal", 120, 0.8, high=2048),
+        description="Poisson at 14 req/s: about ten replicas, steady",
+    ),
+    TraceSpec(
+        "trickle-long-prompts",
+        302,
+        45,
+        0.3,
+        Lengths("lognormal", 2500, 0.8),
+        CHAT_OUT,
+        description="0.3 req/s of long prompts (median 2.5k tokens): a window holds a handful of requests",
+    ),
+    TraceSpec(
+        "long-outputs",
+        303,
+        40,
+        2.0,
+        Lengths("lognormal", 500, 0.8),
+        Lengths("lognormal", 900, 0.7, high=4096),
+        description="decode-heavy: outputs median 900 tokens, prompts 500",
+    ),
+    TraceSpec(
+        "steep-ramp",
+        304,
+        60,
+        4.0,
+        CHAT,
+        CHAT_OUT,
+        diurnal=(Diurnal(120 * MIN, 0.9),),
+        description="a ramp from 0.1x to 1.9x over the hour",
+    ),
+    TraceSpec(
+        "flash-6x-slow-ramp",
+        305,
+        45,
+        1.5,
+        CHAT,
+        CHAT_OUT,
+        flash_crowds=(FlashCrowd(18 * MIN, 6 * MIN, 6.0, ramp=120),),
+        description="flash crowd 6x for 6 min at minute 18, reached over 2 minutes",
+    ),
+    TraceSpec(
+        "double-flash",
+        306,
+        50,
+        2.0,
+        CHAT,
+        CHAT_OUT,
+        flash_crowds=(
+            FlashCrowd(12 * MIN, 3 * MIN, 3.0, ramp=10),
+            FlashCrowd(22 * MIN, 3 * MIN, 3.0, ramp=10),
+        ),
+        description="two 3x flash crowds of 3 min, 10 min apart",
+    ),
+    TraceSpec(
+        "mmpp-long-surges",
+        307,
+        60,
+        2.5,
+        Lengths("lognormal", 800, 1.0),
+        CHAT_OUT,
+        mmpp=Mmpp(2.0, 600, 300),
+        description="MMPP: 2x surges of ~5 min every ~10 min",
+    ),
+    TraceSpec(
+        "on-off-fast",
+        308,
+        40,
+        4.0,
+        CHAT,
+        CHAT_OUT,
+        on_off=OnOff(60, 40, jitter=0.4),
+        description="1 min on, 40 s idle",
+    ),
+    TraceSpec(
+        "gamma-diurnal-pareto",
+        309,
+        60,
+        3.0,
+        Lengths("pareto", 300, 1.2),
+        Lengths("pareto", 50, 1.3, high=2048),
+        diurnal=(Diurnal(20 * MIN, 0.6),),
+        arrival_cv=2.0,
+        description="Gamma arrivals CV 2, three 20-minute cycles, Pareto prompts and outputs",
+    ),
+)
+
+FAMILIES: dict[str, tuple[TraceSpec, ...]] = {"dev": DEV_FAMILY, "holdout": HOLDOUT_FAMILY}
 
 # Traces for scale to zero (`bench --scale-to-zero`), outside the family (whose figures they would move):
 # the family's idle periods last minutes, below the default scaleToZeroAfterSeconds of 600.
@@ -384,7 +481,9 @@ IDLE_HOURS = TraceSpec(
     description="a working day in 8 hours: 20-60 minutes of chat traffic between idle hours",
 )
 # Every generated trace by name: the family's (for `bench --traces`, `simulate`, `replay`) and the others.
-GENERATED_TRACES: dict[str, TraceSpec] = {spec.name: spec for spec in (*DEV_FAMILY, IDLE_HOURS)}
+GENERATED_TRACES: dict[str, TraceSpec] = {
+    spec.name: spec for spec in (*DEV_FAMILY, *HOLDOUT_FAMILY, IDLE_HOURS)
+}
 
 
 def family(name: str) -> tuple[TraceSpec, ...]:
