@@ -170,7 +170,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         nargs="+",
         default=list(BUNDLED_TRACES),
         choices=[*BUNDLED_TRACES, *GENERATED_TRACES],
-        help="bundled traces (default all) or generated ones: the dev family's, or idle-hours (long idle "
+        help="bundled traces (default all) or generated ones: the dev and holdout families', or idle-hours (long idle "
         "periods)",
     )
     bench.add_argument(

@@ -95,7 +95,7 @@ WITH_BUNDLED = frozenset({"dev"})
 def family_traces(
     name: str, minutes: float | None = None, only: Sequence[str] = ()
 ) -> list[tuple[Trace, str]]:
-    """The family's traces (generated ones and the bundled Azure traces), each cut to its first
+    """The family's traces (generated ones, and the bundled Azure traces for WITH_BUNDLED), each cut to its first
     `minutes` when given, with a one-line description."""
     members: list[TraceSpec | str] = [*family(name), *(BUNDLED_TRACES if name in WITH_BUNDLED else ())]
     known = [m if isinstance(m, str) else m.name for m in members]

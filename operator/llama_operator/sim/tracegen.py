@@ -1,4 +1,4 @@
-"""Synthetic request traces for robustness: a seeded generator and the named development family.
+"""Synthetic request traces for robustness: a seeded generator and the named families (development, holdout).
 
 A trace is a rate profile times an arrival process, with prompt and output lengths drawn per request:
 - the rate profile multiplies a base rate (requests/s) by a diurnal cycle (sinusoid of any period, so a
@@ -12,7 +12,7 @@ A trace is a rate profile times an arrival process, with prompt and output lengt
   clipped to a model's context.
 
 Pure and deterministic: everything comes from the spec and its seed (`random.Random`), no I/O, so the
-family is committed as parameters (`DEV_FAMILY`), not as files, and regenerates identically."""
+families are committed as parameters (`DEV_FAMILY`, `HOLDOUT_FAMILY`), not as files, and regenerates identically."""
 
 from __future__ import annotations
 
