@@ -63,6 +63,23 @@ def test_decode_sizes_replicas_from_the_plans_step_model() -> None:
     assert decide(ttft_only, s, state(), now=1000.0).needed_replicas == 1
 
 
+def test_a_replica_decodes_no_more_sequences_than_its_max_num_seqs() -> None:
+    """The TPOT objective would allow a larger batch than the plan's --max-num-seqs: the engine runs at
+    most max-num-seqs, so each replica decodes fewer tokens per second and more replicas are needed."""
+    s = signals(rate=24.0)
+    context = 500 + 300 / 2
+    allowed = STEPS.tpot_batch(TPOT, CHUNK, context)
+    free = decide(SPEC, s, state(), now=1000.0).needed_replicas
+    capped_state = state().model_copy(update={"max_num_seqs": allowed // 4})
+    capped = decide(SPEC, s, capped_state, now=1000.0)
+    per_replica = (allowed // 4) / STEPS.step_seconds(allowed // 4, context, CHUNK)
+    assert capped.needed_replicas == -(-7200 // (per_replica * DEFAULT_TUNING.max_utilization))
+    assert free is not None and capped.needed_replicas is not None and capped.needed_replicas > free
+    # A max-num-seqs above the allowed batch changes nothing.
+    roomy = state().model_copy(update={"max_num_seqs": allowed + 8})
+    assert decide(SPEC, s, roomy, now=1000.0).needed_replicas == free
+
+
 def test_longer_contexts_need_more_replicas_for_the_same_tokens() -> None:
     short = decide(SPEC, signals(rate=8.0, prompt=200), state(), now=1000.0).needed_replicas
     long = decide(SPEC, signals(rate=8.0, prompt=3000), state(), now=1000.0).needed_replicas

@@ -126,6 +126,14 @@ class AutoscalerState(WireModel):
             ge=1,
         ),
     ] = None
+    max_num_seqs: Annotated[
+        int | None,
+        Field(
+            description="The plan's --max-num-seqs: a replica decodes at most this many sequences at once, "
+            "whatever batch the TPOT objective would allow.",
+            ge=1,
+        ),
+    ] = None
     capacity_corrected_time: Annotated[
         Time | None, Field(description="When the capacity estimate was last lowered.")
     ] = None

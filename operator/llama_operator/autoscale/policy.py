@@ -530,7 +530,8 @@ def _replicas_by_decode(
     """Replicas that decode the observed output-token rate with every token within the TPOT objective.
 
     A decoding sequence holds its prompt and, on average, half its output as context; one replica decodes
-    at most `tpot_batch` such sequences per step of TPOT seconds (catalog.performance), at most
+    at most `tpot_batch` such sequences per step of TPOT seconds (catalog.performance), and never more
+    than the plan's max-num-seqs (the engine's own limit, with shorter steps), at most
     `max_utilization` of it planned. A TPOT that has stayed above the objective for two whole windows
     with nothing starting, while the model says the replicas suffice, adds one replica (as TTFT does)."""
     slo = spec.slo
@@ -545,7 +546,9 @@ def _replicas_by_decode(
             return _Need(min(2 * ready, math.ceil(ready * tpot / slo.tpot_seconds)), _tpot_why(spec, tpot))
         return None
     context = (signals.prompt_token_rate + signals.generation_token_rate / 2) / signals.request_rate
-    per_replica = steps.decode_tokens_per_second(slo.tpot_seconds, state.chunk_tokens or 0, context)
+    per_replica = steps.decode_tokens_per_second(
+        slo.tpot_seconds, state.chunk_tokens or 0, context, state.max_num_seqs
+    )
     if per_replica <= 0:
         return _Need(spec.max_replicas + 1, f"no batch decodes {context:.0f}-token sequences within TPOT")
     replicas = math.ceil(signals.generation_token_rate / (per_replica * tuning.max_utilization))

@@ -72,9 +72,16 @@ class StepModel:
         0 when not even one does. The planner caps max-num-seqs here; the policy sizes decode by it."""
         return self.max_batch(tpot_seconds - chunk * self.seconds_per_prefill_token, mean_context)
 
-    def decode_tokens_per_second(self, tpot_seconds: float, chunk: int, mean_context: float) -> float:
-        """Output tokens per second one replica produces with every token within `tpot_seconds`."""
-        return self.tpot_batch(tpot_seconds, chunk, mean_context) / tpot_seconds
+    def decode_tokens_per_second(
+        self, tpot_seconds: float, chunk: int, mean_context: float, max_num_seqs: int | None = None
+    ) -> float:
+        """Output tokens per second one replica produces with every token within `tpot_seconds`. The
+        engine runs at most `max_num_seqs` sequences at once: below the batch the objective allows, a
+        step is that batch's own, shorter than the objective."""
+        batch = self.tpot_batch(tpot_seconds, chunk, mean_context)
+        if max_num_seqs is not None and 0 < max_num_seqs < batch:
+            return max_num_seqs / self.step_seconds(max_num_seqs, mean_context, chunk)
+        return batch / tpot_seconds
 
 
 def step_model(

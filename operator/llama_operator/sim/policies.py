@@ -45,6 +45,7 @@ class SloPolicy:
             chunk_tokens=max(plan.max_num_batched_tokens - plan.max_num_seqs, 1)
             if plan and plan.max_num_batched_tokens
             else None,
+            max_num_seqs=plan.max_num_seqs or None if plan else None,
         )
 
     def initial_replicas(self) -> int:
