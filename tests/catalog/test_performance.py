@@ -40,7 +40,9 @@ def test_the_tpot_batch_is_the_largest_whose_step_fits() -> None:
     capped = T4_1B.decode_tokens_per_second(tpot, 256, context, max_num_seqs=with_chunk // 2)
     assert capped == (with_chunk // 2) / T4_1B.step_seconds(with_chunk // 2, context, 256)
     assert capped < with_chunk / tpot
-    assert T4_1B.decode_tokens_per_second(tpot, 256, context, max_num_seqs=with_chunk + 8) == with_chunk / tpot
+    assert (
+        T4_1B.decode_tokens_per_second(tpot, 256, context, max_num_seqs=with_chunk + 8) == with_chunk / tpot
+    )
 
 
 def test_a_faster_memory_decodes_more_within_the_same_tpot() -> None:
