@@ -9,9 +9,9 @@ import statistics
 from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, cumulative_buckets, histogram_quantile
 from llama_operator.sim.accelerators import ReplicaProfile, replica_profile
 from llama_operator.sim.fleet import FleetConfig, SimulationResult, simulate
-from llama_operator.sim.metrics import MetricsView
+from llama_operator.sim.metrics import FleetSnapshot, MetricsView
 from llama_operator.sim.oracle import FixedReplicas
-from llama_operator.sim.report import summarize
+from llama_operator.sim.report import itl_windows_within, summarize
 from llama_operator.sim.scenario import Scenario, ScenarioRunner
 from llama_operator.sim.trace import Trace, TraceRequest
 
@@ -94,3 +94,34 @@ def test_a_tpot_scenario_runs_the_planners_engine_and_holds_tpot() -> None:
     assert free_p95 is not None and held_p95 is not None
     assert free_p95 > 0.05 >= held_p95
     assert held_summary.tpot_p95 <= 0.05 and held_summary.requests_within_tpot_slo == 1.0
+    # Per window, as an SRE reads the SLO: every minute of the tuned engine within it, not the untuned one's.
+    assert held_summary.windows_within_tpot_slo == 1.0
+    free_windows = summarize(free_result, 1.0, 95.0, tpot_slo_seconds=0.05).windows_within_tpot_slo
+    assert free_windows is not None and free_windows < 1.0
+
+
+def _snapshot(time: float, itl: tuple[int, ...]) -> FleetSnapshot:
+    return FleetSnapshot(time, 0, 0, 0.0, 0, 0, 0, (), 0, 1, 0, 0, itl_bucket_counts=itl)
+
+
+def test_tpot_windows_are_judged_per_minute_from_the_histograms_increase() -> None:
+    """Each minute's inter-token latencies are its own (the cumulative counts at its end less those at
+    the previous minute's); a minute that decoded nothing is left out."""
+    fast = VLLM_ITL_BUCKETS.index(0.025)  # the bucket of latencies in (0.01, 0.025]
+    slow = VLLM_ITL_BUCKETS.index(0.1)
+
+    def counts(fast_tokens: int, slow_tokens: int) -> tuple[int, ...]:
+        buckets = [0] * (len(VLLM_ITL_BUCKETS) + 1)
+        buckets[fast], buckets[slow] = fast_tokens, slow_tokens
+        return tuple(buckets)
+
+    snapshots = [
+        _snapshot(30.0, counts(500, 0)),
+        _snapshot(59.0, counts(1000, 0)),  # minute 0: all fast
+        _snapshot(119.0, counts(1100, 400)),  # minute 1: 100 fast, 400 slow
+        _snapshot(179.0, counts(1100, 400)),  # minute 2: nothing decoded
+        _snapshot(239.0, counts(2100, 410)),  # minute 3: 1000 fast, 10 slow (1 %)
+    ]
+    assert itl_windows_within(snapshots, 95.0, 0.05) == 2 / 3
+    assert itl_windows_within(snapshots, 99.5, 0.05) == 1 / 3
+    assert itl_windows_within([], 95.0, 0.05) == 1.0

@@ -174,6 +174,7 @@ BEFORE = {
     "tpot_p50": 0.0210232181640932,
     "tpot_p95": 0.06172602833635911,
     "requests_within_tpot_slo": None,
+    "windows_within_tpot_slo": None,
 }
 
 

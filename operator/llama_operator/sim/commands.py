@@ -33,6 +33,7 @@ JSON_KEYS = (
     "tpot_p50",
     "tpot_p95",
     "requests_within_tpot_slo",
+    "windows_within_tpot_slo",
 )
 
 
@@ -245,6 +246,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(f"  TPOT p50/p95 (per request) {summary.tpot_p50 * 1000:.1f}ms / {summary.tpot_p95 * 1000:.1f}ms")
     if summary.requests_within_tpot_slo is not None:
         print(f"  requests within TPOT SLO   {summary.requests_within_tpot_slo:.2%}")
+    if summary.windows_within_tpot_slo is not None:
+        print(
+            f"  1-min windows within TPOT  {summary.windows_within_tpot_slo:.2%}  (inter-token latency p{scenario.percentile:g})"
+        )
     if zero is not None:
         for line in zero.lines():
             print(line)

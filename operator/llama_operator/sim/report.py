@@ -7,7 +7,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, cumulative_buckets, histogram_quantile
 from llama_operator.sim.fleet import SimulationResult
+from llama_operator.sim.metrics import FleetSnapshot
 
 FLAP_SECONDS = 300.0
 WINDOW_SECONDS = 60.0
@@ -46,6 +48,9 @@ class RunSummary:
     tpot_p50: float = math.nan
     tpot_p95: float = math.nan
     requests_within_tpot_slo: float | None = None
+    # One-minute windows whose inter-token latency percentile met the TPOT objective, per token from
+    # vllm:inter_token_latency_seconds as the operator reads it (windows that decoded nothing left out).
+    windows_within_tpot_slo: float | None = None
 
     def to_json(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -66,6 +71,29 @@ def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
     return flaps
 
 
+def itl_windows_within(snapshots: Sequence[FleetSnapshot], percentile: float, slo_seconds: float) -> float:
+    """The share of one-minute windows whose inter-token latency percentile, from the fleet's cumulative
+    vllm:inter_token_latency_seconds buckets (each window: the counts at its last snapshot less those
+    at the previous window's), is within `slo_seconds`. Windows with no token decoded are left out; 1.0
+    when none decoded any."""
+    last: dict[int, tuple[int, ...]] = {}
+    for snapshot in snapshots:
+        if snapshot.itl_bucket_counts:
+            last[int(snapshot.time // WINDOW_SECONDS)] = snapshot.itl_bucket_counts
+    met = total = 0
+    previous: tuple[int, ...] = ()
+    for window in sorted(last):
+        counts = last[window]
+        delta = [a - b for a, b in zip(counts, previous, strict=True)] if previous else list(counts)
+        previous = counts
+        if sum(delta) == 0:
+            continue
+        value = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, delta))
+        total += 1
+        met += value is not None and value <= slo_seconds
+    return met / total if total else 1.0
+
+
 def summarize(
     result: SimulationResult, slo_seconds: float, percentile: float, tpot_slo_seconds: float | None = None
 ) -> RunSummary:
@@ -77,9 +105,10 @@ def summarize(
         for r in result.requests
         if r.output_tokens > 1 and not math.isnan(r.finish_time)
     )
-    within_tpot = None
+    within_tpot = windows_tpot = None
     if tpot_slo_seconds is not None:
         within_tpot = sum(1 for t in tpots if t <= tpot_slo_seconds) / len(tpots) if tpots else 1.0
+        windows_tpot = itl_windows_within(result.snapshots, percentile, tpot_slo_seconds)
     ordered = sorted(t for t in ttfts if not math.isnan(t)) if result.dropped else sorted(ttfts)
     within = sum(1 for t in ttfts if t <= slo_seconds) / len(ttfts) if ttfts else 1.0
     by_window: dict[int, list[float]] = defaultdict(list)
@@ -109,4 +138,5 @@ def summarize(
         tpot_p50=quantile(tpots, 0.50),
         tpot_p95=quantile(tpots, 0.95),
         requests_within_tpot_slo=within_tpot,
+        windows_within_tpot_slo=windows_tpot,
     )
