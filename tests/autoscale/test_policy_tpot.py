@@ -50,13 +50,25 @@ def signals(
     )
 
 
+def fewest_replicas(
+    output_rate: float, prompt_rate: float, context: float, max_num_seqs: int | None = None
+) -> int:
+    """The fewest replicas that each decode their share of the output tokens within max_utilization
+    of what they can, while prefilling their share of the prompts."""
+    return next(
+        n
+        for n in range(1, 100)
+        if output_rate
+        <= n
+        * STEPS.decode_tokens_per_second(TPOT, CHUNK, context, max_num_seqs, prompt_rate / n)
+        * DEFAULT_TUNING.max_utilization
+    )
+
+
 def test_decode_sizes_replicas_from_the_plans_step_model() -> None:
     s = signals(rate=24.0)  # 7200 output tok/s of sequences holding ~650 tokens of context
     decision = decide(SPEC, s, state(), now=1000.0)
-    context = 500 + 300 / 2
-    per_replica = STEPS.decode_tokens_per_second(TPOT, CHUNK, context)
-    expected = -(-7200 // (per_replica * DEFAULT_TUNING.max_utilization))
-    assert decision.needed_replicas == expected > 1
+    assert decision.needed_replicas == fewest_replicas(7200.0, 24 * 500.0, 500 + 300 / 2) > 1
     assert "within TPOT 0.05s" in decision.reason
     # Without the TPOT objective the same load is prefill-light: one replica does.
     ttft_only = AutoscalingSpec(min_replicas=1, max_replicas=20, slo=SLOSpec(ttft_seconds=1.0))
@@ -72,12 +84,36 @@ def test_a_replica_decodes_no_more_sequences_than_its_max_num_seqs() -> None:
     free = decide(SPEC, s, state(), now=1000.0).needed_replicas
     capped_state = state().model_copy(update={"max_num_seqs": allowed // 4})
     capped = decide(SPEC, s, capped_state, now=1000.0)
-    per_replica = (allowed // 4) / STEPS.step_seconds(allowed // 4, context, CHUNK)
-    assert capped.needed_replicas == -(-7200 // (per_replica * DEFAULT_TUNING.max_utilization))
+    assert capped.needed_replicas == fewest_replicas(7200.0, 24 * 500.0, context, allowed // 4)
     assert free is not None and capped.needed_replicas is not None and capped.needed_replicas > free
     # A max-num-seqs above the allowed batch changes nothing.
     roomy = state().model_copy(update={"max_num_seqs": allowed + 8})
     assert decide(SPEC, s, roomy, now=1000.0).needed_replicas == free
+
+
+def test_a_pause_in_arrivals_during_long_answers_is_not_read_as_enormous_contexts() -> None:
+    """Arrivals all but stop while long answers are still being generated: 0.05 requests/s over 1,270
+    output tokens/s reads, from the rates, as 12,000-token sequences that no batch can decode within TPOT.
+    With the plan's KV size, the context is what the running requests hold in the KV cache."""
+    lull = Signals(
+        status=SignalStatus.OK,
+        ttft_percentile_seconds=0.2,
+        queue_waiting_total=0.0,
+        running_total=35.0,  # 7 per replica
+        kv_cache_usage=0.06,  # of 300,000 tokens: ~2,600 tokens per running request
+        request_rate=0.05,
+        prompt_token_rate=12.0,
+        generation_token_rate=1270.0,
+        ready_replicas=5,
+        starting_replicas=0,
+        current_replicas=5,
+        window_seconds=20.0,
+        tpot_percentile_seconds=0.02,
+    )
+    from_rates = decide(SPEC, lull, state(), now=1000.0).needed_replicas
+    with_kv = decide(SPEC, lull, state().model_copy(update={"kv_cache_tokens": 300_000}), now=1000.0)
+    assert from_rates is not None and from_rates > 5
+    assert with_kv.needed_replicas == fewest_replicas(1270.0, 12.0, 0.06 * 300_000 / 7) <= 2
 
 
 def test_longer_contexts_need_more_replicas_for_the_same_tokens() -> None:

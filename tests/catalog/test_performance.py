@@ -35,14 +35,28 @@ def test_the_tpot_batch_is_the_largest_whose_step_fits() -> None:
     assert T4_1B.step_seconds(with_chunk, context, 256) <= tpot
     # Faster than the weights can be read: no batch at all.
     assert T4_1B.tpot_batch(0.005, 0, context) == 0
-    assert T4_1B.decode_tokens_per_second(tpot, 256, context) == with_chunk / tpot
-    # The engine's max-num-seqs below that batch: fewer sequences, each step shorter than the objective.
-    capped = T4_1B.decode_tokens_per_second(tpot, 256, context, max_num_seqs=with_chunk // 2)
-    assert capped == (with_chunk // 2) / T4_1B.step_seconds(with_chunk // 2, context, 256)
-    assert capped < with_chunk / tpot
-    assert (
-        T4_1B.decode_tokens_per_second(tpot, 256, context, max_num_seqs=with_chunk + 8) == with_chunk / tpot
-    )
+
+
+def test_decode_throughput_is_the_tpot_batch_over_its_mean_step() -> None:
+    """Every step, one carrying a prompt chunk too, meets TPOT at the batch; most steps carry none, so
+    the replica decodes that batch per plain step, for the share of its time prefill leaves."""
+    tpot, context, chunk = 0.05, 2048.0, 256
+    batch = T4_1B.tpot_batch(tpot, chunk, context)
+    plain = batch / T4_1B.step_seconds(batch, context)
+    assert T4_1B.decode_tokens_per_second(tpot, chunk, context) == pytest.approx(plain)
+    assert plain > batch / tpot  # faster than if every step carried a chunk
+    prefill = 2000.0  # prompt tokens/s this replica also prefills
+    busy = T4_1B.decode_tokens_per_second(tpot, chunk, context, prompt_tokens_per_second=prefill)
+    assert busy == pytest.approx(plain * (1 - prefill * T4_1B.seconds_per_prefill_token))
+    full = 1 / T4_1B.seconds_per_prefill_token
+    assert T4_1B.decode_tokens_per_second(tpot, chunk, context, prompt_tokens_per_second=full) == 0.0
+    # The engine's max-num-seqs below that batch: that many sequences, each step shorter.
+    capped = T4_1B.decode_tokens_per_second(tpot, chunk, context, max_num_seqs=batch // 2)
+    assert capped == pytest.approx((batch // 2) / T4_1B.step_seconds(batch // 2, context))
+    assert capped < plain
+    roomy = T4_1B.decode_tokens_per_second(tpot, chunk, context, max_num_seqs=batch + 8)
+    assert roomy == pytest.approx(plain)
+    assert T4_1B.decode_tokens_per_second(0.005, chunk, context) == 0.0  # no batch meets it
 
 
 def test_a_faster_memory_decodes_more_within_the_same_tpot() -> None:

@@ -168,6 +168,7 @@ PLAN_STEPS = {
     "prefillSecondsPerToken": 7.5e-5,
     "maxNumBatchedTokens": 296,
     "maxNumSeqs": 40,
+    "kvCacheTokens": 324464,
 }
 
 
@@ -175,6 +176,7 @@ def test_the_plans_step_model_seeds_the_state_and_follows_a_new_plan() -> None:
     state = autoscaler_state({"plan": PLAN_STEPS})
     # The budget counts the batch's decode tokens: the chunk beside a full batch is the rest.
     assert (state.decode_step_seconds, state.chunk_tokens, state.max_num_seqs) == (0.0143, 256, 40)
+    assert state.kv_cache_tokens == 324464
     assert state.decode_seconds_per_context_token == 1.365e-7 and state.prefill_seconds_per_token == 7.5e-5
     # Remembered between status writes, yet a new plan (another accelerator) replaces the step model.
     replanned = autoscaler_state({"plan": {**PLAN_STEPS, "decodeStepSeconds": 0.0072}}, state)

@@ -134,6 +134,14 @@ class AutoscalerState(WireModel):
             ge=1,
         ),
     ] = None
+    kv_cache_tokens: Annotated[
+        int | None,
+        Field(
+            description="The plan's KV-cache capacity of one replica, in tokens: with the KV-cache usage and "
+            "the running requests, the context a decoding sequence holds.",
+            ge=1,
+        ),
+    ] = None
     capacity_corrected_time: Annotated[
         Time | None, Field(description="When the capacity estimate was last lowered.")
     ] = None

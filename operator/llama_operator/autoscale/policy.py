@@ -529,10 +529,11 @@ def _replicas_by_decode(
 ) -> _Need | None:
     """Replicas that decode the observed output-token rate with every token within the TPOT objective.
 
-    A decoding sequence holds its prompt and, on average, half its output as context; one replica decodes
-    at most `tpot_batch` such sequences per step of TPOT seconds (catalog.performance), and never more
-    than the plan's max-num-seqs (the engine's own limit, with shorter steps), at most
-    `max_utilization` of it planned. A TPOT that has stayed above the objective for two whole windows
+    A decoding sequence holds the context `_decode_context` finds; one replica decodes
+    at most the batch whose every step, one carrying a prompt chunk too, meets the objective, and never
+    more than the plan's max-num-seqs; its tokens per second are that batch over its mean step, less the
+    time its share of the prompts takes to prefill (catalog.performance), at most `max_utilization` of
+    it planned. A TPOT that has stayed above the objective for two whole windows
     with nothing starting, while the model says the replicas suffice, adds one replica (as TTFT does)."""
     slo = spec.slo
     steps = _step_model(state)
@@ -545,21 +546,47 @@ def _replicas_by_decode(
         if breached and tpot is not None:
             return _Need(min(2 * ready, math.ceil(ready * tpot / slo.tpot_seconds)), _tpot_why(spec, tpot))
         return None
-    context = (signals.prompt_token_rate + signals.generation_token_rate / 2) / signals.request_rate
-    per_replica = steps.decode_tokens_per_second(
-        slo.tpot_seconds, state.chunk_tokens or 0, context, state.max_num_seqs
-    )
-    if per_replica <= 0:
+    context = _decode_context(signals, state)
+
+    def per_replica(replicas: int) -> float:
+        # Each replica prefills its share of the prompts too, which takes from its decoding time.
+        return steps.decode_tokens_per_second(
+            slo.tpot_seconds or 0.0,
+            state.chunk_tokens or 0,
+            context,
+            state.max_num_seqs,
+            signals.prompt_token_rate / replicas,
+        )
+
+    if per_replica(spec.max_replicas) <= 0:
         return _Need(spec.max_replicas + 1, f"no batch decodes {context:.0f}-token sequences within TPOT")
-    replicas = math.ceil(signals.generation_token_rate / (per_replica * tuning.max_utilization))
+    replicas = next(
+        (
+            n
+            for n in range(1, spec.max_replicas + 1)
+            if signals.generation_token_rate <= n * per_replica(n) * tuning.max_utilization
+        ),
+        spec.max_replicas + 1,
+    )
     need = _Need(
         replicas,
-        f"{signals.generation_token_rate:.0f} output tok/s at ~{per_replica:.0f} tok/s per replica within "
+        f"{signals.generation_token_rate:.0f} output tok/s at ~{per_replica(replicas):.0f} tok/s per replica within "
         f"TPOT {slo.tpot_seconds:g}s need {replicas}",
     )
     if breached and tpot is not None and replicas <= signals.ready_replicas:
         return _Need(ready + 1, _tpot_why(spec, tpot))
     return need
+
+
+def _decode_context(signals: Signals, state: AutoscalerState) -> float:
+    """Tokens of context a decoding sequence holds: the KV cache in use over the requests running (what
+    each step reads), when the plan's KV size is known; else its prompt plus half its output, from the
+    token rates. The rates mislead when arrivals pause while long answers are still being generated:
+    few new requests over many output tokens reads as one enormous answer."""
+    running_per_replica = signals.running_total / max(signals.ready_replicas, 1)
+    if state.kv_cache_tokens is not None and running_per_replica > 0 and signals.kv_cache_usage > 0:
+        return signals.kv_cache_usage * state.kv_cache_tokens / running_per_replica
+    return (signals.prompt_token_rate + signals.generation_token_rate / 2) / signals.request_rate
 
 
 def _tpot_why(spec: AutoscalingSpec, tpot: float) -> str:

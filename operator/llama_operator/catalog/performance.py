@@ -73,15 +73,26 @@ class StepModel:
         return self.max_batch(tpot_seconds - chunk * self.seconds_per_prefill_token, mean_context)
 
     def decode_tokens_per_second(
-        self, tpot_seconds: float, chunk: int, mean_context: float, max_num_seqs: int | None = None
+        self,
+        tpot_seconds: float,
+        chunk: int,
+        mean_context: float,
+        max_num_seqs: int | None = None,
+        prompt_tokens_per_second: float = 0.0,
     ) -> float:
-        """Output tokens per second one replica produces with every token within `tpot_seconds`. The
-        engine runs at most `max_num_seqs` sequences at once: below the batch the objective allows, a
-        step is that batch's own, shorter than the objective."""
+        """Output tokens per second one replica produces with every token within `tpot_seconds`.
+
+        The batch is the largest whose every step, one carrying a `chunk`-token prompt chunk too, meets
+        the objective (`tpot_batch`), and at most the engine's `max_num_seqs`. Its throughput is that batch
+        over its mean step: most steps carry no chunk, and prefilling `prompt_tokens_per_second` takes its
+        own share of the replica's time. 0 when no batch meets the objective or prefill alone fills it."""
         batch = self.tpot_batch(tpot_seconds, chunk, mean_context)
-        if max_num_seqs is not None and 0 < max_num_seqs < batch:
-            return max_num_seqs / self.step_seconds(max_num_seqs, mean_context, chunk)
-        return batch / tpot_seconds
+        if max_num_seqs is not None:
+            batch = min(batch, max_num_seqs)
+        decoding_share = 1.0 - prompt_tokens_per_second * self.seconds_per_prefill_token
+        if batch <= 0 or decoding_share <= 0:
+            return 0.0
+        return batch * decoding_share / self.step_seconds(batch, mean_context)
 
 
 def step_model(

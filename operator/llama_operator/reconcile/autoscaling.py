@@ -51,6 +51,7 @@ def autoscaler_state(
         # vLLM's step budget counts the batch's decode tokens: beside a full batch, the chunk is the rest.
         "chunk_tokens": max(budget - seqs, 1) if budget else None,
         "max_num_seqs": seqs or None,
+        "kv_cache_tokens": int(plan.get("kvCacheTokens") or 0) or None,
     }
     if any(getattr(state, key) != value for key, value in steps.items()):
         state = state.model_copy(update=steps)

@@ -46,6 +46,7 @@ class SloPolicy:
             if plan and plan.max_num_batched_tokens
             else None,
             max_num_seqs=plan.max_num_seqs or None if plan else None,
+            kv_cache_tokens=plan.kv_cache_tokens or None if plan else None,
         )
 
     def initial_replicas(self) -> int:
