@@ -172,6 +172,19 @@ PLAN_STEPS = {
 }
 
 
+def test_state_written_by_a_newer_operator_is_read_without_its_unknown_fields() -> None:
+    """After a rollback the status holds fields this version lacks: the rest of the state still counts
+    (the stabilization window's recommendations, the learned capacity), and autoscaling goes on."""
+    stored = {
+        "capacityTokensPerSecond": 7000.0,
+        "recommendations": [{"time": "2026-12-04T10:00:00Z", "replicas": 3}],
+        "someFieldFromTheFuture": {"x": 1},
+    }
+    state = autoscaler_state({"autoscaling": {"state": stored}})
+    assert state.capacity_tokens_per_second == 7000.0
+    assert [r.replicas for r in state.recommendations] == [3]
+
+
 def test_the_plans_step_model_seeds_the_state_and_follows_a_new_plan() -> None:
     state = autoscaler_state({"plan": PLAN_STEPS})
     # The budget counts the batch's decode tokens: the chunk beside a full batch is the rest.

@@ -27,6 +27,13 @@ K = TypeVar("K")
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
+def _persisted_state(stored: Mapping[str, Any]) -> AutoscalerState:
+    """The state as stored, less the fields this version does not know: a newer operator wrote them
+    before a rollback, and the rest of its memory (recommendations, learned capacity) still holds."""
+    known = {field.alias or name for name, field in AutoscalerState.model_fields.items()}
+    return AutoscalerState.model_validate({key: value for key, value in stored.items() if key in known})
+
+
 def autoscaler_state(
     status: Mapping[str, Any] | None, remembered: AutoscalerState | None = None
 ) -> AutoscalerState:
@@ -34,7 +41,7 @@ def autoscaler_state(
     evaluation starts from the plan's estimate of a replica's prefill capacity, which the policy then
     corrects from what it observes."""
     status = status or {}
-    state = remembered or AutoscalerState.model_validate((status.get("autoscaling") or {}).get("state") or {})
+    state = remembered or _persisted_state((status.get("autoscaling") or {}).get("state") or {})
     plan = status.get("plan") or {}
     prior = float(plan.get("prefillTokensPerSecond") or 0.0)
     if state.capacity_prior_tokens_per_second is None and prior > 0:
