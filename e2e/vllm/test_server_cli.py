@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from conftest import vllm_server_module
 
-def _load_server_module() -> ModuleType:
-    name = "llama_operator_e2e_vllm_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vs = _load_server_module()
+vs = vllm_server_module()
 
 
 def _namespace(model_dir: Path) -> argparse.Namespace:
