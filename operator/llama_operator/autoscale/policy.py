@@ -25,8 +25,10 @@ broken below maxReplicas on the model's word.
 
 With a TPOT objective, decode sizes replicas too: a replica decodes at most the batch whose step (its
 weights, the batch's KV cache and a prompt chunk read in one step) fits the objective, from the plan's
-step model (catalog.performance, the same function that caps max-num-seqs); the replicas needed are
-the observed output-token rate over that batch's tokens per second. The need is the larger of the
+step model (catalog.performance, the same function that caps max-num-seqs), and never more than
+max-num-seqs; the context each sequence holds is the KV cache in use over the running requests. The
+replicas needed are the fewest that decode the observed output-token rate at that batch's mean step,
+each also prefilling its share of the prompts. The need is the larger of the
 TTFT- and the TPOT-driven ones, and a TPOT above its objective counts as a breach like TTFT's.
 
 Scale to zero (minReplicas 0): the last replica goes only after scaleToZeroAfterSeconds of real idleness
@@ -529,12 +531,12 @@ def _replicas_by_decode(
 ) -> _Need | None:
     """Replicas that decode the observed output-token rate with every token within the TPOT objective.
 
-    A decoding sequence holds the context `_decode_context` finds; one replica decodes
-    at most the batch whose every step, one carrying a prompt chunk too, meets the objective, and never
-    more than the plan's max-num-seqs; its tokens per second are that batch over its mean step, less the
-    time its share of the prompts takes to prefill (catalog.performance), at most `max_utilization` of
-    it planned. A TPOT that has stayed above the objective for two whole windows
-    with nothing starting, while the model says the replicas suffice, adds one replica (as TTFT does)."""
+    A decoding sequence holds the context `_decode_context` finds. One replica decodes at most the batch
+    whose every step, one carrying a prompt chunk too, meets the objective, and never more than the plan's
+    max-num-seqs; its tokens per second are that batch over its mean step, less the time its share of the
+    prompts takes to prefill (catalog.performance), at most `max_utilization` of it planned. A TPOT that
+    has stayed above the objective for two whole windows with nothing starting, while the model says the
+    replicas suffice, adds one replica (as TTFT does)."""
     slo = spec.slo
     steps = _step_model(state)
     if slo.tpot_seconds is None or signals.request_rate <= 0 or signals.generation_token_rate <= 0:

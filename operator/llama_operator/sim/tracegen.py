@@ -12,7 +12,7 @@ A trace is a rate profile times an arrival process, with prompt and output lengt
   clipped to a model's context.
 
 Pure and deterministic: everything comes from the spec and its seed (`random.Random`), no I/O, so the
-families are committed as parameters (`DEV_FAMILY`, `HOLDOUT_FAMILY`), not as files, and regenerates identically."""
+families are committed as parameters (`DEV_FAMILY`, `HOLDOUT_FAMILY`), not as files, and regenerate identically."""
 
 from __future__ import annotations
 
