@@ -11,15 +11,18 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from localcluster import info as cluster_info  # e2e/ is on sys.path: the script runs from there
+from localcluster.config import state_dir
 
 REPO = Path(__file__).resolve().parent.parent
-STATE = REPO / ".cluster" / "demo"
+STATE = state_dir() / "demo"
 NAMESPACE = "demo"
 RELEASE, RELEASE_NS = "llama-operator", "llama-operator-system"
 CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
@@ -138,14 +141,39 @@ class Demo:
             )
         return names
 
-    def show(self, names: list[str], wait_seconds: float = 90) -> None:
+    def phases(self) -> dict[str, tuple[str | None, str]]:
+        """Each LlamaService's phase and, when not Ready, the message of its first false condition."""
+        items = json.loads(self.kubectl("get", "llamaservices", "-n", NAMESPACE, "-o", "json"))["items"]
+        out: dict[str, tuple[str | None, str]] = {}
+        for item in items:
+            status = item.get("status") or {}
+            why = next(
+                (
+                    f"{c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}"
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "Degraded" and c.get("status") == "True"
+                ),
+                "",
+            )
+            out[item["metadata"]["name"]] = (status.get("phase"), why)
+        return out
+
+    def wait_ready(self, names: list[str], wait_seconds: float) -> list[str]:
+        """Wait until every example is Ready; the ones that are not at the deadline, with why."""
         deadline = time.monotonic() + wait_seconds
-        while time.monotonic() < deadline:
-            items = json.loads(self.kubectl("get", "llamaservices", "-n", NAMESPACE, "-o", "json"))["items"]
-            phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in items}
-            if all(phases.get(n) in {"Ready", "Failed", "Degraded"} for n in names):
+        while True:
+            phases = self.phases()
+            missing = [n for n in names if phases.get(n, (None, ""))[0] != "Ready"]
+            if not missing or time.monotonic() > deadline:
                 break
             time.sleep(2)
+        return [
+            f"{n}: phase {phases.get(n, (None, ''))[0] or 'none (the operator never wrote a status)'}"
+            f"{'; ' + phases[n][1] if n in phases and phases[n][1] else ''}"
+            for n in missing
+        ]
+
+    def show(self) -> None:
         print()
         print(self.kubectl("get", "llamaservices", "-n", NAMESPACE))
         pods = json.loads(self.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"))["items"]
@@ -197,9 +225,16 @@ class Demo:
         pid_file.write_text(str(proc.pid))
         say(f"fleet simulator running as pid {proc.pid} on port {self.cluster.fleet_port}")
 
-    def drive_load(self, seconds: int) -> None:
+    def replicas(self, name: str) -> int | None:
+        out = self.kubectl(
+            "get", "deployment", name, "-n", NAMESPACE, "-o", "jsonpath={.spec.replicas}", check=False
+        ).strip()
+        return int(out) if out.isdigit() else None
+
+    def drive_load(self, seconds: int) -> list[int]:
+        """Replay the trace through chat-slo; the Deployment's replica counts seen meanwhile."""
         say(f"driving the conversation trace through chat-slo for {seconds}s: replicas follow the load")
-        subprocess.run(
+        drive = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -215,19 +250,54 @@ class Demo:
                 "--fleet-url",
                 f"http://127.0.0.1:{self.cluster.fleet_port}",
             ],
-            check=False,
         )
+        seen: list[int] = []
+        while drive.poll() is None:
+            count = self.replicas("chat-slo")
+            if count is not None and (not seen or seen[-1] != count):
+                seen.append(count)
+            time.sleep(2)
+        return seen
 
-    def up(self, load_seconds: int) -> None:
+    def up(self, load_seconds: int, wait_seconds: float) -> int:
+        """The demo; 1 when an example is not Ready in time or the autoscaled one never follows the load
+        (a demo that shows nothing working must not say it succeeded)."""
         STATE.mkdir(parents=True, exist_ok=True)
         self.install_chart()
         self.start_fleet()
         self.start_operator()
-        self.show(self.apply_examples())
-        if load_seconds > 0:
-            self.drive_load(load_seconds)
+        names = self.apply_examples()
+        problems = self.wait_ready(names, wait_seconds)
+        self.show()
+        if load_seconds > 0 and not problems:
+            seen = self.drive_load(load_seconds)
             print(self.kubectl("get", "llamaservice", "chat-slo", "-n", NAMESPACE))
+            say(f"chat-slo's replicas during the replay: {' -> '.join(map(str, seen)) or 'none'}")
+            if len(set(seen)) < 2:
+                problems.append(
+                    "chat-slo: its replicas never changed while the load did (is the operator leading? "
+                    f"see {STATE / 'operator.log'})"
+                )
         self.next_steps()
+        if problems:
+            print()
+            say("the demo did NOT work:")
+            for problem in problems:
+                print(f"    {problem}")
+            say(f"the operator's log: {STATE / 'operator.log'}; its readiness: {self.readyz()}")
+            return 1
+        say("every example is Ready and chat-slo followed the load")
+        return 0
+
+    def readyz(self) -> str:
+        ports = json.loads((STATE / "ports.json").read_text())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['health']}/readyz", timeout=5) as r:
+                return f"{r.status} {r.read().decode().strip()}"
+        except urllib.error.HTTPError as err:
+            return f"{err.code} {err.read().decode().strip()}"
+        except OSError as err:
+            return f"unreachable ({err})"
 
     def next_steps(self) -> None:
         ports = json.loads((STATE / "ports.json").read_text())
@@ -235,7 +305,7 @@ class Demo:
         print()
         say("the demo keeps running (cluster, operator, fleet simulator). To look around:")
         for line in (
-            f". {REPO / '.cluster' / 'env'}   # kubectl and helm on PATH, KUBECONFIG={kubeconfig}",
+            f". {state_dir() / 'env'}   # kubectl and helm on PATH, KUBECONFIG={kubeconfig}",
             f"kubectl -n {NAMESPACE} get llamaservices",
             f"kubectl -n {NAMESPACE} describe llamaservice chat-slo",
             f"kubectl -n {NAMESPACE} get events --sort-by=.lastTimestamp",
@@ -266,14 +336,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--load-seconds", type=int, default=180, help="how long to drive load (0: none)")
+    parser.add_argument(
+        "--wait-seconds", type=float, default=180, help="how long each example may take to be Ready"
+    )
     args = parser.parse_args()
     if args.action == "down" and cluster_info.load() is None:
         return 0
     demo = Demo()
     if args.action == "up":
-        demo.up(args.load_seconds)
-    else:
-        demo.down()
+        return demo.up(args.load_seconds, args.wait_seconds)
+    demo.down()
     return 0
 
 

@@ -4,8 +4,12 @@ chart's ServiceAccount token (not the admin credentials), within least privilege
 from __future__ import annotations
 
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -212,6 +216,7 @@ def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, na
         ("update", "leases.coordination.k8s.io", "release", True),
         ("update", "leases.coordination.k8s.io", "kube-system", False),
         ("update", "leases.coordination.k8s.io", "watched", False),
+        ("create", "events", "release", True),
     ],
 )
 def test_least_privilege(
@@ -249,8 +254,8 @@ def test_operator_works_with_the_charts_service_account(
         log_dir=tmp_path,
         kubeconfig=kubeconfig,
         extra_args=[f"--namespace={watched}"],
-        # As the chart sets it from the pod's namespace (the downward API).
-        extra_env={"LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": RELEASE_NS},
+        # No namespace setting: out of the cluster, as `make demo` runs it, the operator takes its Lease's
+        # namespace from the kubeconfig context (the ServiceAccount's namespace).
     )
     proc.start()
     try:
@@ -320,3 +325,89 @@ def test_the_activator_renders_with_its_rbac_and_reaches_the_operators_config(cl
         for r in d["rules"]
     ]
     assert any("endpointslices" in r["resources"] and "create" in r["verbs"] for r in operator_rules)
+
+
+def _operator_probe(proc: OperatorProcess, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proc.health_port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _metrics(proc: OperatorProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_in_cluster_settings_lead_in_the_pods_namespace(
+    cluster: Cluster, release: str, watched: str, tmp_path: Path
+) -> None:
+    """As in the chart's pod: POD_NAMESPACE and POD_NAME from the downward API, a kubeconfig (the mounted
+    token) whose context names no namespace."""
+    kubeconfig = cluster.info.service_account_kubeconfig(
+        FULLNAME, RELEASE_NS, tmp_path / "sa.kubeconfig", context_namespace=False
+    )
+    proc = OperatorProcess(
+        cluster,
+        log_dir=tmp_path,
+        kubeconfig=kubeconfig,
+        extra_args=[f"--namespace={watched}"],
+        extra_env={"POD_NAMESPACE": RELEASE_NS, "POD_NAME": f"{FULLNAME}-0"},
+    )
+    proc.start()
+    try:
+        eventually("the operator leads", lambda: "llama_operator_leader 1.0" in _metrics(proc), timeout=60)
+        lease = cluster.get("lease", "llama-operator", RELEASE_NS)
+        assert lease is not None
+        assert _operator_probe(proc, "/readyz")[0] == 200
+    finally:
+        proc.stop()
+
+
+def test_a_refused_lease_is_said_once_not_ready_with_a_metric_and_an_event(
+    cluster: Cluster, release: str, watched: str, tmp_path: Path
+) -> None:
+    """The chart's ServiceAccount may not touch Leases in kube-system: the instance says so in one line
+    naming the Lease, its namespace and the missing RBAC, stays unready, sets a gauge and posts a Warning
+    Event on its own Pod; it does not dump the HTTP exchange every renew period."""
+    kubeconfig = _token_kubeconfig(cluster, tmp_path / "sa.kubeconfig")
+    pod = f"{FULLNAME}-refused"
+    proc = OperatorProcess(
+        cluster,
+        log_dir=tmp_path,
+        kubeconfig=kubeconfig,
+        extra_args=[f"--namespace={watched}"],
+        extra_env={
+            "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": "kube-system",
+            "POD_NAMESPACE": RELEASE_NS,
+            "POD_NAME": pod,
+        },
+    )
+    proc.start()
+    try:
+
+        def unready_with_reason() -> str | None:
+            code, body = _operator_probe(proc, "/readyz")
+            return body if code == 503 and "leader election blocked" in body else None
+
+        body = eventually("/readyz names the refused Lease", unready_with_reason, timeout=90)
+        assert "Lease kube-system/llama-operator" in body and "403" in body, body
+        assert "leases.coordination.k8s.io" in body and "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE" in body
+        assert 'llama_operator_leader_election_blocked{reason="Forbidden"} 1.0' in _metrics(proc)
+        assert "llama_operator_leader 0.0" in _metrics(proc)
+
+        def event() -> dict[str, Any] | None:
+            events = cluster.info.kubectl_json(
+                "get", "events", "-n", RELEASE_NS, f"--field-selector=involvedObject.name={pod}"
+            )["items"]
+            return next((e for e in events if e["reason"] == "LeaderElectionBlocked"), None)
+
+        posted = eventually("a Warning Event on the operator's Pod", event, timeout=30)
+        assert posted["type"] == "Warning" and "kube-system/llama-operator" in posted["message"]
+        time.sleep(6)  # three renew periods: the refusal is said once, not each round
+        log = proc.log.read_text()
+        assert log.count("leader election blocked") == 1, proc.tail()
+        assert "HTTP response headers" not in log, proc.tail()
+    finally:
+        proc.stop()

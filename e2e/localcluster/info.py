@@ -74,10 +74,17 @@ class ClusterInfo:
         )
 
     def service_account_kubeconfig(
-        self, account: str, namespace: str, path: Path, duration: str = "2h"
+        self,
+        account: str,
+        namespace: str,
+        path: Path,
+        duration: str = "2h",
+        *,
+        context_namespace: bool = True,
     ) -> Path:
         """A kubeconfig holding a ServiceAccount's token (JSON, which kubeconfig readers accept): runs a
-        process with exactly that account's RBAC, as it would have in a pod."""
+        process with exactly that account's RBAC, as it would have in a pod. Its context names the
+        account's namespace, as a pod's mounted namespace file does (unless context_namespace is False)."""
         token = self.kubectl(
             "create", "token", account, "-n", namespace, f"--duration={duration}"
         ).stdout.strip()
@@ -95,7 +102,16 @@ class ClusterInfo:
                 }
             ],
             "users": [{"name": account, "user": {"token": token}}],
-            "contexts": [{"name": account, "context": {"cluster": "local", "user": account}}],
+            "contexts": [
+                {
+                    "name": account,
+                    "context": {
+                        "cluster": "local",
+                        "user": account,
+                        **({"namespace": namespace} if context_namespace else {}),
+                    },
+                }
+            ],
         }
         path.write_text(json.dumps(config, indent=2))
         return path

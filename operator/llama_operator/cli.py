@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 import uuid
@@ -20,12 +21,12 @@ from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
-from llama_operator.fleetsim.commands import register as register_fleet_commands
-from llama_operator.infra.measure_commands import register as register_measure_commands
+from llama_bench.fleetsim.commands import register as register_fleet_commands
+from llama_bench.measure.commands import register as register_measure_commands
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
-from llama_operator.sim.commands import register as register_simulator_commands
+from llama_bench.sim.commands import register as register_simulator_commands
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
 # file that cannot be read), 70 (sysexits EX_SOFTWARE) for a bug of ours, so that scripts tell them apart.
@@ -343,6 +344,14 @@ def start_probe_servers() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from kopf.cli import main as kopf_main  # noqa: PLC0415 - only `run` pays for importing kopf
 
+    from llama_operator.infra.kube import NoClusterError, load_kube_config  # noqa: PLC0415
+
+    if args.leader_election_namespace:
+        os.environ["LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE"] = args.leader_election_namespace
+    try:  # kopf would retry a missing cluster forever, a traceback a minute: say it once and stop
+        load_kube_config()
+    except NoClusterError as err:
+        raise InputError(str(err)) from None
     start_probe_servers()
     kopf_main.main(args=kopf_run_args(args.kopf_args), prog_name="llama-operator", standalone_mode=True)
     return 0
@@ -435,6 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     run.add_argument("-h", "--help", action=_RunHelpAction, help="show this help message and exit")
+    run.add_argument(
+        "--leader-election-namespace",
+        metavar="NS",
+        help="namespace of the leader-election Lease (LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE); default: "
+        "the operator's own (POD_NAMESPACE in a pod, else the kubeconfig context's namespace)",
+    )
     run.set_defaults(func=cmd_run)
 
     crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")

@@ -210,8 +210,15 @@ class Settings(BaseModel):
         bool, Field(description="Elect one active instance on a Lease (run several replicas for failover).")
     ] = True
     leader_election_namespace: Annotated[
-        str, Field(description="Namespace of the Lease; in a pod, the operator's own (POD_NAMESPACE).")
-    ] = "default"
+        str | None,
+        Field(
+            description="Namespace of the Lease. Unset: the operator's own namespace: POD_NAMESPACE in a pod "
+            "(the chart sets it), else the ServiceAccount's namespace, else the kubeconfig context's "
+            "namespace, else default.",
+            min_length=1,
+            max_length=63,
+        ),
+    ] = None
     leader_election_lease: Annotated[str, Field(description="Name of the Lease.")] = "llama-operator"
     leader_lease_seconds: Annotated[
         float, Field(description="A standby takes over this long after the leader's last renewal.", ge=2)

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from llama_operator.api.settings import Settings
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import (
     ACTIVATION_REQUESTED_ANNOTATION,
@@ -30,7 +32,8 @@ from llama_operator.desired.labels import (
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.indexes import endpoint_facts, node_facts
 from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
-from llama_operator.infra.leader import LeaderElection
+from llama_operator.infra.kube import own_namespace
+from llama_operator.infra.leader import LeaderElection, LeaseProblem
 from llama_operator.infra.workqueue import WorkQueue
 from llama_operator.reconcile.execution import retry_delay_seconds
 
@@ -202,18 +205,52 @@ class Controller:
         self.autoscaler_pool.shutdown(wait=False, cancel_futures=True)
 
 
+def lease_namespace(settings: Settings) -> tuple[str, str]:
+    """The Lease's namespace and why: the setting when given, else the operator's own namespace."""
+    if settings.leader_election_namespace:
+        return settings.leader_election_namespace, "leaderElectionNamespace"
+    return own_namespace(os.environ)
+
+
+def report_lease_problem(memo: kopf.Memo, problem: LeaseProblem | None) -> None:
+    """Where on-call looks: readiness (with the reason as its body), a gauge by reason, and a Warning Event
+    on this instance's own Pod when it runs in one (POD_NAME and POD_NAMESPACE, set by the chart)."""
+    memo.health.leader_election_problem = problem.message if problem else None
+    memo.metrics.leader_election_blocked.clear()
+    if problem is None:
+        return
+    memo.metrics.leader_election_blocked.labels(reason=problem.reason).set(1)
+    pod, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if pod and namespace:
+        memo.kube.post_event(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace}},
+            reason="LeaderElectionBlocked",
+            message=problem.message,
+            warning=True,
+            component="llama-operator",
+        )
+
+
 def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:
     """The controller with its leader election, as the settings ask; started."""
     settings = memo.settings
     leader = None
     if settings.leader_election:
+        namespace, source = lease_namespace(settings)
+        log.info(
+            "leader election: Lease %s/%s (namespace from %s)",
+            namespace,
+            settings.leader_election_lease,
+            source,
+        )
         leader = LeaderElection(
             memo.kube.api_client,
-            namespace=settings.leader_election_namespace,
+            namespace=namespace,
             name=settings.leader_election_lease,
             lease_seconds=settings.leader_lease_seconds,
             renew_seconds=settings.leader_renew_seconds,
             renew_deadline_seconds=settings.leader_lease_seconds * 0.8,
+            on_problem=functools.partial(report_lease_problem, memo),
         )
     controller = Controller(memo, indexes, leader)
     controller.start()

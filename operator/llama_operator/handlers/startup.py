@@ -109,12 +109,11 @@ async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any)
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings
-    lease = f"{settings.leader_election_namespace}/{settings.leader_election_lease}"
     logger.info(
         "controller: %d workers, resync every %.0fs, leader election %s",
         settings.reconcile_workers,
         settings.resync_seconds,
-        f"on lease {lease}" if settings.leader_election else "off",
+        "on" if settings.leader_election else "off",
     )
 
 

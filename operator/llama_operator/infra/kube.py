@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
@@ -20,12 +22,56 @@ log = logging.getLogger(__name__)
 Manifest = Mapping[str, Any]
 
 
+SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class NoClusterError(RuntimeError):
+    """Neither in-cluster credentials nor a usable kubeconfig: nothing to connect to."""
+
+
 def load_kube_config() -> None:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as err:
+            raise NoClusterError(
+                f"no Kubernetes cluster to connect to: not in a pod, and no usable kubeconfig ({err}); set "
+                "KUBECONFIG to a kubeconfig file"
+            ) from None
+
+
+def kubeconfig_namespace() -> str | None:
+    """The namespace of the kubeconfig's current context, when it names one (as kubectl defaults to)."""
+    try:
+        # KUBECONFIG read now: the client's own default was fixed when it was imported.
+        _, active = config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG") or None)
+    except (config.ConfigException, OSError):
+        return None
+    namespace = (active or {}).get("context", {}).get("namespace")
+    return str(namespace) if namespace else None
+
+
+def own_namespace(
+    env: Mapping[str, str], *, service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE
+) -> tuple[str, str]:
+    """The operator's own namespace and where it came from: POD_NAMESPACE (the chart sets it from the
+    downward API), the mounted ServiceAccount's namespace, the kubeconfig context's namespace, or
+    `default` as kubectl has it. Out of a cluster the kubeconfig is the only place that can say."""
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"], "POD_NAMESPACE"
+    try:
+        from_file = service_account_file.read_text().strip()
+    except OSError:
+        from_file = ""
+    if from_file:
+        return from_file, "the ServiceAccount's namespace"
+    from_context = kubeconfig_namespace()
+    if from_context:
+        return from_context, "the kubeconfig context's namespace"
+    return "default", "no namespace given anywhere (kubeconfig context, POD_NAMESPACE): default"
 
 
 class Kube:

@@ -39,6 +39,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call] # the *_created serie
 METRIC_NAMES: tuple[str, ...] = (
     "llama_operator_info",
     "llama_operator_leader",
+    "llama_operator_leader_election_blocked",
     "llama_operator_reconcile_total",
     "llama_operator_reconcile_duration_seconds",
     "llama_operator_object_writes_total",
@@ -118,6 +119,13 @@ class OperatorMetrics:
         )
         self.info.labels(version=version).set(1)
         self.leader = Gauge("llama_operator_leader", "1 when this instance leads, 0 on standby.", registry=r)
+        self.leader_election_blocked = Gauge(
+            "llama_operator_leader_election_blocked",
+            "1 while the API server refuses this instance's Lease requests for good (RBAC, credentials, a "
+            "missing namespace), by the server's reason; the instance is then not ready.",
+            ["reason"],
+            registry=r,
+        )
         self.reconciles = Counter(
             "llama_operator_reconcile", "Reconciles of a LlamaService, by result.", ["result"], registry=r
         )
@@ -339,6 +347,7 @@ class Health:
     clock: Callable[[], float] = time.monotonic
     synced: bool = False  # kopf filled every index (it holds event handlers back until then)
     controller_started: bool = False
+    leader_election_problem: str | None = None  # the Lease is refused: this instance can never lead
     last_beat: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -357,11 +366,14 @@ class Health:
 
     def ready(self) -> tuple[bool, str]:
         """Ready once the watches are synced and the controller runs, leader or standby alike: a standby
-        is a healthy replica, ready to take over."""
+        is a healthy replica, ready to take over. One that may not even read its Lease can never take
+        over, so it is not ready."""
         if not self.controller_started:
             return False, "starting: the controller is not running yet"
         if not self.synced:
             return False, "starting: waiting for the watches to list every object"
+        if self.leader_election_problem:
+            return False, self.leader_election_problem
         return self.alive()
 
 
