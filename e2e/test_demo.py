@@ -1,0 +1,43 @@
+"""`make demo`, as a newcomer runs it: the chart installed, the operator out of the cluster with the chart's
+ServiceAccount, every example Ready, and the autoscaled one following the load. The script exits non-zero
+when any of that does not happen, so this test fails whenever the README's first command stops working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import Cluster, repo_root
+
+pytestmark = pytest.mark.e2e
+
+DEMO_RELEASE, DEMO_RELEASE_NS, DEMO_NS = "llama-operator", "llama-operator-system", "demo"
+
+
+@pytest.fixture
+def demo_down(cluster: Cluster) -> Iterator[None]:
+    yield
+    subprocess.run([sys.executable, "e2e/demo.py", "down"], cwd=repo_root(), check=False, timeout=120)
+    cluster.kubectl("delete", "namespace", DEMO_NS, "--wait=false", check=False)
+    cluster.helm("uninstall", DEMO_RELEASE, "-n", DEMO_RELEASE_NS)
+
+
+def test_make_demo_places_every_example_and_follows_the_load(cluster: Cluster, demo_down: None) -> None:
+    done = subprocess.run(
+        [sys.executable, "e2e/demo.py", "up", "--load-seconds", "75", "--wait-seconds", "150"],
+        cwd=repo_root(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "every example is Ready and chat-slo followed the load" in output, output[-6000:]
+    # The closing hint points at the cluster's env file, wherever the cluster keeps its state.
+    hint = next(line.split()[1] for line in output.splitlines() if line.strip().startswith(". /"))
+    assert Path(hint).is_file(), hint
