@@ -80,28 +80,28 @@ demo-down:
 	bash e2e/demo.sh down
 
 bench: setup
-	$(VENV)/bin/llama-operator bench --out bench-out
+	$(VENV)/bin/llama-bench bench --out bench-out
 
 # Robustness: every policy on every trace of the development family (generated traces and the bundled
 # ones), the targets per trace and their worst case and median (docs/bench/family). ~3 min.
 bench-family: setup
-	nice -n 10 $(VENV)/bin/llama-operator bench --family dev --out docs/bench/family
+	nice -n 10 $(VENV)/bin/llama-bench bench --family dev --out docs/bench/family
 
 # The holdout family: nine generated traces whose shapes and seeds no policy knob was tuned on, for an
 # honest estimate on unseen traffic (docs/bench/holdout). Judge changes on dev; run this once they settle. ~2 min.
 bench-holdout: setup
-	nice -n 10 $(VENV)/bin/llama-operator bench --family holdout --out docs/bench/holdout
+	nice -n 10 $(VENV)/bin/llama-bench bench --family holdout --out docs/bench/holdout
 
 # The cost-attainment frontier: each policy's main knob swept on every trace of the family
 # (docs/bench/family/frontier.md and .png). A benchmark, not a CI step. ~5 min.
 frontier: setup
-	nice -n 10 $(VENV)/bin/llama-operator bench --frontier --family dev --out docs/bench/family
+	nice -n 10 $(VENV)/bin/llama-bench bench --frontier --family dev --out docs/bench/family
 
 # Scale to zero: policy slo with and without it (idle 60, 300 and 600 s before zero) on the bundled code
 # trace and a generated day with idle hours: GPU-hours saved, wakes, the TTFT of the first requests after
 # idle, 503s; a table, results.json and one figure per trace (docs/bench/zero, see docs/bench/zero.md). ~20 s.
 bench-zero: setup
-	nice -n 10 $(VENV)/bin/llama-operator bench --scale-to-zero 60 300 600 --traces code idle-hours \
+	nice -n 10 $(VENV)/bin/llama-bench bench --scale-to-zero 60 300 600 --traces code idle-hours \
 	  --out docs/bench/zero
 
 # N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per

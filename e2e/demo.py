@@ -216,7 +216,7 @@ class Demo:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
         log = (STATE / "fleet.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_operator", "fleet-sim", "--port", str(self.cluster.fleet_port)],
+            [sys.executable, "-m", "llama_bench", "fleet-sim", "--port", str(self.cluster.fleet_port)],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -238,7 +238,7 @@ class Demo:
             [
                 sys.executable,
                 "-m",
-                "llama_operator",
+                "llama_bench",
                 "fleet-drive",
                 "chat-slo",
                 "-n",

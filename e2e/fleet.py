@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from llama_operator.fleetsim.client import FleetClient
+from llama_bench.fleetsim.client import FleetClient
 from localcluster.info import ClusterInfo
 from support import GROUP, eventually, repo_root, wait_healthz
 
@@ -29,7 +29,7 @@ VERSION, PLURAL = "v1alpha1", "llamaservices"
 
 @dataclass
 class FleetProcess:
-    """`llama-operator fleet-sim` on the cluster's reserved fleet port."""
+    """`llama-bench fleet-sim` on the cluster's reserved fleet port."""
 
     info: ClusterInfo
     log_dir: Path
@@ -52,7 +52,7 @@ class FleetProcess:
         cmd = [
             sys.executable,
             "-m",
-            "llama_operator",
+            "llama_bench",
             "fleet-sim",
             f"--port={self.info.fleet_port}",
             f"--kubeconfig={self.info.kubeconfig}",

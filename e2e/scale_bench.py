@@ -39,7 +39,7 @@ from typing import Any
 from kubernetes import client, config
 
 from fleet import FleetProcess
-from llama_operator.fleetsim.load import LoadSpec
+from llama_bench.fleetsim.load import LoadSpec
 from localcluster import info as cluster_info
 from support import Cluster, OperatorProcess
 

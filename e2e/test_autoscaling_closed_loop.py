@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from fleet import FleetProcess, Kube, Prometheus
+from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.autoscale.policy import DEFAULT_TUNING
-from llama_operator.fleetsim.load import LoadSpec
 from support import Cluster, OperatorProcess, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]

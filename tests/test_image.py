@@ -83,6 +83,22 @@ def test_dockerfile_installs_exactly_the_lockfiles() -> None:
     assert any("pip check" in line for line in installs), "the image does not check its dependencies"
 
 
+def test_the_image_holds_only_the_runtime() -> None:
+    """The wheel is built from operator/llama_operator alone: the bench (operator/llama_bench) stays out."""
+    sources = [
+        source
+        for line in dockerfile_instructions()
+        if line.startswith("COPY ") and "--from=" not in line
+        for source in line.split()[1:-1]
+    ]
+    packages = [source for source in sources if source.startswith("operator")]
+    assert packages == ["operator/llama_operator"], f"the image copies {packages}, not the runtime alone"
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    bench_scripts = [name for name, target in scripts.items() if target.startswith("llama_bench")]
+    for name in bench_scripts:  # declared by the distribution, their package absent: removed
+        assert any(f"rm /usr/local/bin/{name}" in line for line in dockerfile_instructions()), name
+
+
 def test_every_lock_entry_is_pinned_with_hashes() -> None:
     for lock in (RUNTIME_LOCK, BUILD_LOCK):
         entries = locked(lock)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measure a real vLLM on an NVIDIA GPU and commit its profile: installs vLLM's CUDA build (pinned), builds a
 # model with Llama-3.2-1B's architecture and random weights (no hub download), starts vLLM, runs
-# `llama-operator profile` and a short `llama-operator replay` (the simulator against the server), and
+# `llama-bench profile` and a short `llama-bench replay` (the simulator against the server), and
 # writes the profile, named by GPU and date, into operator/llama_operator/data/profiles/.
 #
 #   e2e/gpu/run.sh                 # on an NVIDIA machine
@@ -87,7 +87,7 @@ else
   fi
   CLIENT_PY="$PY"
 fi
-CLI=("$CLIENT_PY" -c 'import sys; from llama_operator.cli import main; sys.exit(main())')
+CLI=("$CLIENT_PY" -c 'import sys; from llama_bench.cli import main; sys.exit(main())')
 
 # 2. The model, built once per shape.
 MODEL="$CACHE/models/$SHAPE-random"

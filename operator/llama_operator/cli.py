@@ -1,4 +1,6 @@
-"""The llama-operator command: run | crd | plan | render | simulate | bench | fleet-sim | fleet-drive."""
+"""The llama-operator command: run | crd | plan | render | activator.
+
+The benchmark and simulation commands are `llama-bench`'s (the `llama_bench` package)."""
 
 from __future__ import annotations
 
@@ -21,12 +23,9 @@ from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
-from llama_bench.fleetsim.commands import register as register_fleet_commands
-from llama_bench.measure.commands import register as register_measure_commands
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
-from llama_bench.sim.commands import register as register_simulator_commands
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
 # file that cannot be read), 70 (sysexits EX_SOFTWARE) for a bug of ours, so that scripts tell them apart.
@@ -479,9 +478,6 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(func=func)
 
-    register_simulator_commands(sub)
-    register_fleet_commands(sub)
-    register_measure_commands(sub)
     register_activator_command(sub)
     return parser
 

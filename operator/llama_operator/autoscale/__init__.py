@@ -1,2 +1,2 @@
 """Autoscaling core, pure: `signals` (what is observed), `queueing` (M/M/c estimates), `policy`
-(`decide()`), `baselines` (HPA, KEDA, KPA, static re-implemented for comparison)."""
+(`decide()`). The autoscalers it is compared with are the bench's (`llama_bench.baselines`)."""

@@ -11,7 +11,7 @@ chunk is bound by compute, 2 FLOPs per parameter per token (design brief, "Simul
 The time per output token (TPOT) a sequence sees is one step, so the TPOT objective bounds the batch:
 the largest `batch` with step(batch, context, 0) <= TPOT. eta, mu and t0 are ESTIMATES from the design
 brief's ranges, deliberately on the slow side (a plan that meets the objective here meets it on the
-GPU); `llama-operator profile` measures them.
+GPU); `llama-bench profile` measures them.
 """
 
 from __future__ import annotations

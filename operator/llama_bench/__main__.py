@@ -1,0 +1,3 @@
+from llama_bench.cli import main
+
+raise SystemExit(main())

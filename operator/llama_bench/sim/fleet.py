@@ -1,0 +1,345 @@
+"""The discrete-event simulation of a fleet of vLLM replicas under an autoscaler.
+
+Events: request arrivals (from the trace), replica step ends, replicas becoming ready after their
+cold start, and a 1 s tick that snapshots the fleet's metrics and, on the policy's interval, asks
+the policy for a replica count. Requests go to the least-loaded ready replica; removed replicas
+(starting ones first, then the least loaded) stop receiving requests and drain what they hold.
+A replica costs GPU time from its creation (the cold start holds the GPU) to its removal.
+
+Scale to zero (`FleetConfig.activation_timeout_seconds` set): an activator stands in front of the fleet
+while no replica is ready, as the operator's does. It holds the requests that arrive then (their TTFT
+clock runs; vLLM's own TTFT histogram starts when the request is forwarded), reports the latest arrival
+it holds to the policy at each evaluation (`Signals.demand_time`, with `activator_available`), hands what
+it holds to the first replica that becomes ready, and answers 503 to a request held longer than the
+activation timeout. The policy may then remove the last replica; at zero the fleet costs nothing and the
+policy sees no metrics, as the operator would."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from llama_bench.sim.accelerators import ReplicaProfile
+from llama_bench.sim.metrics import (
+    FleetSnapshot,
+    ItlHistogram,
+    MetricsView,
+    PromptHistogram,
+    TtftHistogram,
+)
+from llama_bench.sim.replica import Phase, Replica, SimRequest, StepResult
+from llama_bench.sim.trace import Trace
+
+
+class SimPolicy(Protocol):
+    """What the simulator needs of an autoscaler: a start, an interval and a replica count."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def evaluation_interval(self) -> int: ...  # seconds between two evaluations
+
+    def initial_replicas(self) -> int: ...
+
+    def evaluate(self, view: MetricsView, now: float) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    profile: ReplicaProfile
+    cold_start_seconds: float = 40.0
+    scrape_interval: int = 5
+    # Scale to zero: an activator holds requests while no replica is ready, for at most this long
+    # (then 503), and the fleet may go to zero replicas. None: no activator, at least one replica.
+    activation_timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingEvent:
+    time: float
+    before: int
+    after: int
+
+
+@dataclass(slots=True)
+class SimulationResult:
+    """Everything measured in one run."""
+
+    policy: str
+    trace: str
+    requests: list[SimRequest]
+    replicas: list[Replica]
+    scaling_events: list[ScalingEvent]
+    snapshots: list[FleetSnapshot]
+    end_time: float
+    price_per_hour: float
+    notes: list[str] = field(default_factory=list)
+    # Scale to zero: every request the activator held (arrived while no replica was ready), and those of
+    # them it answered 503 after the activation timeout (no first token; `dropped_time` set).
+    held: list[SimRequest] = field(default_factory=list)
+    dropped: list[SimRequest] = field(default_factory=list)
+
+    def gpu_seconds(self) -> float:
+        return sum(
+            (r.removed if not math.isnan(r.removed) else self.end_time) - r.created for r in self.replicas
+        )
+
+
+_STEP_END = 0
+_READY = 1
+
+
+class Fleet:
+    """The replicas, the router and the actuator."""
+
+    def __init__(self, config: FleetConfig, initial: int) -> None:
+        self.config = config
+        self.replicas: list[Replica] = []
+        self.events: list[tuple[float, int, int, Replica, int]] = []
+        self._order = itertools.count()
+        self.unrouted: deque[SimRequest] = deque()
+        self.histogram = TtftHistogram()
+        self.itl = ItlHistogram()
+        self.prompts = PromptHistogram()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.first_tokens = 0
+        self.arrivals = 0
+        self.completed = 0
+        self.scaling_events: list[ScalingEvent] = []
+        # The activator (scale to zero): what it held, what it answered 503, the demand it last reported.
+        self.activator = config.activation_timeout_seconds is not None
+        self.held: list[SimRequest] = []
+        self.dropped: list[SimRequest] = []
+        for _ in range(max(1, initial)):
+            self.replicas.append(Replica(len(self.replicas), config.profile, 0.0, 0.0))
+
+    # -- routing -----------------------------------------------------------------------------
+    def ready(self) -> list[Replica]:
+        return [r for r in self.replicas if r.phase is Phase.READY]
+
+    def live(self) -> list[Replica]:
+        return [r for r in self.replicas if r.phase is Phase.READY or r.phase is Phase.STARTING]
+
+    def route(self, request: SimRequest, now: float) -> None:
+        self.arrivals += 1
+        target: Replica | None = None
+        best = math.inf
+        for replica in self.replicas:
+            if replica.phase is Phase.READY and replica.load < best:
+                target, best = replica, replica.load
+        if target is None:
+            # No ready replica: the Service has no endpoint (or, with scale to zero, the activator holds
+            # it). A request handed on by `become_ready` always finds the replica that became ready.
+            self.unrouted.append(request)
+            if self.activator:
+                self.held.append(request)
+            return
+        self._enqueue(target, request, now)
+
+    def _enqueue(self, replica: Replica, request: SimRequest, now: float) -> None:
+        replica.waiting.append(request)
+        if replica.busy_until is None:
+            self._schedule(replica, replica.start_next(now))
+        else:
+            end = replica.interrupt(now)
+            if end is not None:
+                heapq.heappush(self.events, (end, next(self._order), _STEP_END, replica, replica.version))
+
+    def _schedule(self, replica: Replica, end: float | None) -> None:
+        if end is not None:
+            replica.version += 1
+            heapq.heappush(self.events, (end, next(self._order), _STEP_END, replica, replica.version))
+
+    # -- events ------------------------------------------------------------------------------
+    def step_end(self, replica: Replica, version: int, now: float) -> None:
+        if version != replica.version or replica.phase is Phase.GONE:
+            return
+        self._account(replica.finish_step(now))
+        self._schedule(replica, replica.start_next(now))
+        if replica.phase is Phase.DRAINING and replica.idle:
+            replica.phase = Phase.GONE
+            replica.removed = now
+
+    def _account(self, result: StepResult) -> None:
+        self.prompt_tokens += result.prompt_tokens
+        self.generation_tokens += result.generation_tokens
+        if result.inter_token_count:
+            self.itl.observe(result.inter_token_seconds, result.inter_token_count)
+        for request in result.first_tokens:
+            # vLLM's TTFT starts when the request reaches it: after the activator's hold, if any.
+            forwarded = request.forwarded_time
+            start = request.arrival if math.isnan(forwarded) else forwarded  # NaN: not held
+            self.histogram.observe(request.first_token_time - start)
+        self.first_tokens += len(result.first_tokens)
+        self.completed += len(result.finished)
+        for request in result.finished:
+            self.prompts.observe(request.prompt_tokens)
+
+    def expire_held(self, now: float) -> None:
+        """The activator answers 503 to the requests it has held for the activation timeout."""
+        timeout = self.config.activation_timeout_seconds
+        if timeout is None:
+            return
+        unrouted = self.unrouted
+        while unrouted and unrouted[0].arrival + timeout <= now:
+            request = unrouted.popleft()
+            request.dropped_time = request.arrival + timeout
+            self.dropped.append(request)
+
+    @property
+    def demand_time(self) -> float | None:
+        """What the activator reports: the latest arrival among the requests it holds (None: none held)."""
+        return self.unrouted[-1].arrival if self.activator and self.unrouted else None
+
+    def become_ready(self, replica: Replica, now: float) -> None:
+        if replica.phase is not Phase.STARTING:
+            return
+        replica.phase = Phase.READY
+        self.expire_held(now)
+        while self.unrouted:
+            request = self.unrouted.popleft()
+            if self.activator:
+                request.forwarded_time = now
+            self.arrivals -= 1  # counted when it first arrived
+            self.route(request, now)
+
+    # -- actuation ---------------------------------------------------------------------------
+    def scale_to(self, desired: int, now: float) -> None:
+        # Zero replicas only with an activator to hold what arrives.
+        desired = max(0 if self.activator else 1, desired)
+        live = self.live()
+        if desired == len(live):
+            return
+        self.scaling_events.append(ScalingEvent(now, len(live), desired))
+        if desired > len(live):
+            for _ in range(desired - len(live)):
+                replica = Replica(
+                    len(self.replicas), self.config.profile, now, now + self.config.cold_start_seconds
+                )
+                self.replicas.append(replica)
+                if replica.phase is Phase.STARTING:
+                    heapq.heappush(self.events, (replica.ready_at, next(self._order), _READY, replica, 0))
+            return
+        surplus = len(live) - desired
+        # Kubernetes deletes not-ready pods first; among ready ones we pick the least loaded.
+        starting = sorted((r for r in live if r.phase is Phase.STARTING), key=lambda r: -r.created)
+        ready = sorted((r for r in live if r.phase is Phase.READY), key=lambda r: r.load)
+        for replica in (starting + ready)[:surplus]:
+            if replica.phase is Phase.STARTING or replica.idle:
+                replica.phase = Phase.GONE
+                replica.removed = now
+            else:
+                replica.phase = Phase.DRAINING
+
+    def snapshot(self, now: float) -> FleetSnapshot:
+        waiting = running = ready = starting = draining = 0
+        kv = 0.0
+        for replica in self.replicas:
+            phase = replica.phase
+            if phase is Phase.GONE:
+                continue
+            if phase is Phase.STARTING:
+                starting += 1
+                continue
+            waiting += replica.num_waiting
+            running += replica.num_running
+            if phase is Phase.READY:
+                ready += 1
+                kv += replica.kv_usage
+            else:
+                draining += 1
+        return FleetSnapshot(
+            time=now,
+            waiting=waiting + len(self.unrouted),
+            running=running,
+            kv_usage=kv / ready if ready else 0.0,
+            prompt_tokens_total=self.prompt_tokens,
+            generation_tokens_total=self.generation_tokens,
+            first_tokens_total=self.first_tokens,
+            ttft_bucket_counts=tuple(self.histogram.counts),
+            arrivals_total=self.arrivals,
+            ready=ready,
+            starting=starting,
+            draining=draining,
+            itl_bucket_counts=tuple(self.itl.counts),
+            prompt_bucket_counts=tuple(self.prompts.counts),
+        )
+
+
+def simulate(
+    trace: Trace,
+    policy: SimPolicy,
+    config: FleetConfig,
+    progress: Callable[[float], None] | None = None,
+    initial: int | None = None,
+) -> SimulationResult:
+    """Replay `trace` against a fleet scaled by `policy`; runs until every request has finished. `initial`:
+    the fleet starts with this many ready replicas instead of the policy's own start (a warm start)."""
+    requests = [
+        SimRequest(i, r.arrival, r.prompt_tokens, r.output_tokens, r.prompt_tokens)
+        for i, r in enumerate(trace.requests)
+    ]
+    fleet = Fleet(config, policy.initial_replicas() if initial is None else initial)
+    view = MetricsView(config.scrape_interval)
+    interval = max(1, policy.evaluation_interval)
+    events = fleet.events
+    total = len(requests)
+    next_arrival = 0
+    tick = 0
+    now = 0.0
+    while fleet.completed + len(fleet.dropped) < total:
+        arrival_time = requests[next_arrival].arrival if next_arrival < total else math.inf
+        event_time = events[0][0] if events else math.inf
+        if tick <= arrival_time and tick <= event_time:
+            now = float(tick)
+            if fleet.activator:
+                fleet.expire_held(now)
+            view.record(fleet.snapshot(now))
+            if tick % interval == 0:
+                live = fleet.live()
+                view.current_replicas = len(live)
+                view.ready_replicas = sum(1 for r in live if r.phase is Phase.READY)
+                view.starting_replicas = len(live) - view.ready_replicas
+                if fleet.activator:
+                    # The activator re-reports while it holds a request; the operator keeps the latest.
+                    view.activator_available = True
+                    demand = fleet.demand_time
+                    if demand is not None:
+                        view.demand_time = demand
+                fleet.scale_to(policy.evaluate(view, now), now)
+            if progress is not None and tick % 600 == 0:
+                progress(now)
+            tick += 1
+        elif event_time <= arrival_time:
+            now, _, kind, replica, version = heapq.heappop(events)
+            if kind == _STEP_END:
+                fleet.step_end(replica, version, now)
+            else:
+                fleet.become_ready(replica, now)
+        else:
+            now = arrival_time
+            fleet.route(requests[next_arrival], now)
+            next_arrival += 1
+    end = max(now, trace.duration)
+    for replica in fleet.replicas:
+        if replica.phase is not Phase.GONE:
+            replica.removed = end
+    return SimulationResult(
+        policy=policy.name,
+        trace=trace.name,
+        requests=requests,
+        replicas=fleet.replicas,
+        scaling_events=fleet.scaling_events,
+        snapshots=view.snapshots,
+        end_time=end,
+        price_per_hour=config.profile.accelerator.price_per_hour,
+        held=fleet.held,
+        dropped=fleet.dropped,
+    )

@@ -1,0 +1,56 @@
+"""The profile's decode step, read from client-side stream timings: the gaps a foreign prefill stalls
+are left out, merged chunks count as the steps they were."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_bench.measure.vllm_probe import StreamTiming, decode_step_seconds
+
+STEP = 0.010
+PREFILL = 0.200  # a long prompt's prefill: every decoding stream waits this long
+
+
+def _stream(sent: float, first: float, tokens: int, stalls: dict[int, float] | None = None) -> StreamTiming:
+    """A stream whose first token comes at `first`, then one every STEP, the gap before token i
+    lengthened by stalls[i]."""
+    timing = StreamTiming(sent=sent, prompt_tokens=16, output_tokens=tokens, posted=sent)
+    now = first
+    timing.chunk_times.append(now)
+    for i in range(1, tokens):
+        now += STEP + (stalls or {}).get(i, 0.0)
+        timing.chunk_times.append(now)
+    return timing
+
+
+def test_gaps_that_overlap_another_streams_prefill_are_left_out() -> None:
+    # Stream a decodes 48 tokens; stream b's long prompt is prefilled during a's 10th-11th gap.
+    a = _stream(0.0, 0.010, 48, stalls={10: PREFILL})
+    prefill_start = a.chunk_times[9] + 0.001
+    b = _stream(prefill_start, a.chunk_times[10], 48)
+    # The plain mean per token (what TPOT gives) holds the stall; the clean step does not.
+    assert a.tpot is not None and a.tpot > STEP * 1.3
+    step = decode_step_seconds([a, b])
+    assert step == pytest.approx(STEP, rel=1e-6)
+
+
+def test_merged_chunks_count_as_the_steps_they_were() -> None:
+    # The API server fell behind and sent tokens 5-7 in one read: three chunks at one instant.
+    a = _stream(0.0, 0.010, 20)
+    merged = a.chunk_times[7]
+    a.chunk_times[5] = a.chunk_times[6] = merged
+    assert decode_step_seconds([a]) == pytest.approx(STEP, rel=1e-6)
+
+
+def test_the_median_over_streams_and_none_without_clean_gaps() -> None:
+    streams = [_stream(0.0, 0.010, 30), _stream(0.0, 0.010, 30), _stream(0.0, 0.010, 30)]
+    slow = _stream(0.0, 0.010, 30)
+    slow.chunk_times = [t * 3 for t in slow.chunk_times]  # one stream read late throughout
+    assert decode_step_seconds([*streams, slow]) == pytest.approx(STEP, rel=1e-6)
+    # Every gap of a overlaps b's prefill (b's prompt went out before a's first token, came back after).
+    a = _stream(0.0, 0.010, 10)
+    b = _stream(0.005, 1.0, 10)
+    assert decode_step_seconds([a]) is not None
+    assert decode_step_seconds([a, StreamTiming(0.0, 16, 8, posted=0.0)]) == decode_step_seconds([a])
+    assert decode_step_seconds([a, b]) == pytest.approx(STEP, rel=1e-6)  # b itself decodes clean
+    assert decode_step_seconds([_stream(0.0, 0.010, 3)]) is None  # two gaps: too few to tell a pace

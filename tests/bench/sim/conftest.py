@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llama_bench.sim.trace import Trace, TraceRequest
+
+
+def synthetic_trace(seconds: float = 300.0, rate: float = 3.0, seed: int = 7) -> Trace:
+    """Poisson arrivals with prompt and output lengths like the conversation trace's."""
+    rng = random.Random(seed)
+    requests = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t > seconds:
+            break
+        requests.append(TraceRequest(t, rng.randint(100, 3000), rng.randint(1, 300)))
+    return Trace("synthetic", tuple(requests))
+
+
+@pytest.fixture
+def small_trace() -> Trace:
+    return synthetic_trace()
