@@ -81,7 +81,7 @@ def _election(status: int, seen: list[LeaseProblem | None]) -> LeaderElection:
     election = LeaderElection(
         client.ApiClient(), namespace="default", name="llama-operator", on_problem=seen.append
     )
-    election.api = _RefusingLeases(status)  # type: ignore[assignment]
+    election.api = _RefusingLeases(status)
     return election
 
 

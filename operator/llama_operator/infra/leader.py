@@ -184,7 +184,8 @@ class LeaderElection:
         """A refusal for good as LeaseRefusedError; anything else (5xx, 429) as it is, to be retried."""
         if _is_refusal(err):
             return LeaseRefusedError(describe_refusal(err, verb=verb, namespace=self.namespace, name=self.name))
-        return err
+        retried: Exception = err  # ApiException is untyped (the client ships no stubs)
+        return retried
 
     def release(self) -> None:
         """Give the lease up at shutdown so that a standby takes over at once, not after expiry."""
