@@ -1,10 +1,13 @@
-"""The activator's HTTP behaviour over real sockets: an aiohttp upstream streaming server-sent events, the
-activator's proxy app in front of it, and a cluster view whose endpoints the test turns ready (what the
-EndpointSlice watch does in a cluster; e2e/test_scale_to_zero.py runs it against the API server and vLLM)."""
+"""The router's HTTP behaviour over real sockets: aiohttp upstreams streaming server-sent events (one per
+"pod"), the router's proxy app in front of them, and a cluster view whose endpoints and pod addresses the
+test sets (what the watches do in a cluster; e2e/test_router_*.py and e2e/test_scale_to_zero.py run it
+against the API server and vLLM). Clients connect from 127.0.0.1 (a pod of team-a), 127.0.0.2 (team-b) and
+127.0.0.3 (no pod)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -14,31 +17,39 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from llama_operator.activator.proxy import Activator, proxy_app
-from llama_operator.activator.routing import HeldService, ServiceKey
+from llama_operator.activator.proxy import Router, listening, proxy_app
+from llama_operator.activator.routing import Limits, ServiceInfo, ServiceKey
 
 KEY = ("team-a", "chat")
+SECRET = ("team-b", "secret")
 CHUNKS = [f'data: {{"i": {i}}}\n\n'.encode() for i in range(5)] + [b"data: [DONE]\n\n"]
+SOURCES = {"127.0.0.1": "team-a", "127.0.0.2": "team-b"}
 
 
 class FakeView:
-    """The cluster as the watches would show it; records the annotations the activator writes."""
+    """The cluster as the watches would show it; records the demand the router reports."""
 
     def __init__(self, timeout: float = 30.0) -> None:
-        self.services = {KEY: HeldService(uid="uid-1", activation_timeout_seconds=timeout)}
-        self.ready: list[str] = []
+        self.services = {
+            KEY: ServiceInfo(uid="uid-1", activation_timeout_seconds=timeout, models=("chat-model",)),
+            SECRET: ServiceInfo(uid="uid-2", activation_timeout_seconds=timeout, models=("chat-model",)),
+        }
+        self.ready: dict[ServiceKey, list[str]] = {KEY: [], SECRET: []}
         self.demands: list[tuple[ServiceKey, str, float]] = []
         self.activations: list[tuple[ServiceKey, float]] = []
         self.changed: Callable[[], None] = lambda: None
 
     def endpoints(self, key: ServiceKey) -> list[str]:
-        return list(self.ready) if key == KEY else []
+        return list(self.ready.get(key, []))
 
-    def service(self, key: ServiceKey) -> HeldService | None:
+    def service(self, key: ServiceKey) -> ServiceInfo | None:
         return self.services.get(key)
 
-    def known(self) -> dict[ServiceKey, HeldService]:
+    def known(self) -> dict[ServiceKey, ServiceInfo]:
         return dict(self.services)
+
+    def namespace_of(self, address: str) -> str | None:
+        return SOURCES.get(address)
 
     def request_activation(self, key: ServiceKey, uid: str, at: float) -> None:
         self.demands.append((key, uid, at))
@@ -46,8 +57,8 @@ class FakeView:
     def record_activation(self, key: ServiceKey, uid: str, seconds: float, at: float) -> None:
         self.activations.append((key, seconds))
 
-    def turn_ready(self, endpoint: str) -> None:
-        self.ready.append(endpoint)
+    def turn_ready(self, key: ServiceKey, endpoint: str) -> None:
+        self.ready[key].append(endpoint)
         self.changed()
 
 
@@ -57,17 +68,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def upstream_handler(request: web.Request) -> web.StreamResponse:
-    body = await request.json()
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "vllm"})
-    await response.prepare(request)
-    for chunk in CHUNKS:
-        await response.write(chunk)
-        await asyncio.sleep(0.01)
-    assert body["model"] == "chat"
-    assert request.headers["Authorization"] == "Bearer sk-1"
-    await response.write_eof()
-    return response
+def upstream_app(name: str, seen: list[dict[str, Any]] | None = None) -> web.Application:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if seen is not None:
+            seen.append(body)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": name})
+        await response.prepare(request)
+        for chunk in CHUNKS:
+            await response.write(chunk)
+            await asyncio.sleep(float(body.get("delay", 0.01)))
+        assert request.headers["Authorization"] == "Bearer sk-1", "API keys pass through"
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/v1/completions", handler)
+    return app
 
 
 @asynccontextmanager
@@ -83,31 +101,38 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def stack(view: FakeView) -> AsyncIterator[tuple[str, str, Activator]]:
-    upstream_app = web.Application()
-    upstream_app.router.add_post("/v1/chat/completions", upstream_handler)
-    activator = Activator(view, demand_interval_seconds=0.2)  # type: ignore[arg-type]
-    view.changed = activator.notify
-    await activator.start()
-    async with serving(upstream_app) as upstream, serving(proxy_app(activator)) as proxy:
+async def stack(view: FakeView, limits: Limits | None = None) -> AsyncIterator[tuple[str, str, Router]]:
+    router = Router(view, demand_interval_seconds=0.2, limits=limits)  # type: ignore[arg-type]
+    view.changed = router.notify
+    await router.start()
+    async with serving(upstream_app("vllm")) as upstream, serving(proxy_app(router)) as proxy:
         try:
-            yield upstream, proxy, activator
+            yield upstream, proxy, router
         finally:
-            await activator.close()
+            await router.close()
 
 
-async def post(proxy: str, host: str = "chat.team-a:8000") -> tuple[int, dict[str, str], list[bytes], float]:
+async def post(
+    proxy: str,
+    host: str = "chat.team-a:8000",
+    *,
+    source: str = "127.0.0.1",
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    path: str = "/v1/chat/completions",
+) -> tuple[int, dict[str, str], bytes, float]:
     started = time.monotonic()
+    connector = aiohttp.TCPConnector(local_addr=(source, 0))
     async with (
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(connector=connector) as session,
         session.post(
-            f"http://{proxy}/v1/chat/completions",
-            json={"model": "chat", "stream": True},
-            headers={"Host": host, "Authorization": "Bearer sk-1"},
+            f"http://{proxy}{path}",
+            json=body if body is not None else {"model": "chat-model", "stream": True},
+            headers={"Host": host, "Authorization": "Bearer sk-1", **(headers or {})},
         ) as response,
     ):
-        chunks = [chunk async for chunk in response.content.iter_any()]
-        return response.status, dict(response.headers), chunks, time.monotonic() - started
+        data = b"".join([chunk async for chunk in response.content.iter_any()])
+        return response.status, dict(response.headers), data, time.monotonic() - started
 
 
 def run(coro: Any) -> Any:
@@ -117,13 +142,82 @@ def run(coro: Any) -> Any:
 def test_with_a_ready_pod_the_request_is_forwarded_at_once_and_streamed_untouched() -> None:
     async def scenario() -> None:
         view = FakeView()
-        async with stack(view) as (upstream, proxy, _activator):
-            view.ready.append(upstream)
-            status, headers, chunks, _ = await post(proxy)
+        async with stack(view) as (upstream, proxy, router):
+            view.ready[KEY].append(upstream)
+            status, headers, data, _ = await post(proxy)
             assert status == 200 and headers["X-Upstream"] == "vllm"
-            assert b"".join(chunks) == b"".join(CHUNKS)
+            assert data == b"".join(CHUNKS)
             assert view.demands == [], "nothing held, nothing reported"
-            assert view.activations == []
+            assert router.metrics.overhead._sum.get() > 0
+
+    run(scenario())
+
+
+def test_model_routes_within_the_callers_namespace() -> None:
+    """Both namespaces serve `chat-model`; through the router's own address each caller gets its own."""
+
+    async def scenario() -> None:
+        view = FakeView()
+        async with (
+            stack(view) as (_u, proxy, _router),
+            serving(upstream_app("team-a-pod")) as a,
+            serving(upstream_app("team-b-pod")) as b,
+        ):
+            view.ready[KEY].append(a)
+            view.ready[SECRET].append(b)
+            router_host = "llama-router.llama-system:8000"
+            status, headers, _, _ = await post(proxy, router_host, source="127.0.0.1")
+            assert status == 200 and headers["X-Upstream"] == "team-a-pod"
+            status, headers, _, _ = await post(proxy, router_host, source="127.0.0.2")
+            assert status == 200 and headers["X-Upstream"] == "team-b-pod"
+
+    run(scenario())
+
+
+def test_no_header_or_host_reaches_another_namespace_and_unknown_sources_are_refused() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        async with (
+            stack(view) as (_u, proxy, _router),
+            serving(upstream_app("team-a-pod")) as a,
+            serving(upstream_app("team-b-pod")) as b,
+        ):
+            view.ready[KEY].append(a)
+            view.ready[SECRET].append(b)
+            for host, headers, body in (
+                ("secret.team-b:8000", {}, {"model": "x"}),
+                ("secret.team-b.svc.cluster.local", {}, {"model": "x"}),
+                ("chat.team-a:8000", {"X-LlamaService": "team-b/secret"}, None),
+                ("llama-router", {"X-LlamaService-Namespace": "team-b"}, None),
+                ("llama-router", {"X-LlamaService": "team-b/secret"}, None),
+            ):
+                status, headers_back, _, _ = await post(proxy, host, headers=headers, body=body)
+                assert status == 404 or headers_back.get("X-Upstream") == "team-a-pod", (
+                    host,
+                    headers,
+                    status,
+                )
+            status, _, _, _ = await post(proxy, "secret.team-b:8000", source="127.0.0.3")
+            assert status == 403
+            assert view.demands == [], "a refused request wakes nothing"
+
+    run(scenario())
+
+
+def test_v1_models_lists_the_callers_namespace() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        view.services[("team-a", "code")] = ServiceInfo("u3", 30, ("coder",))
+        async with stack(view) as (_u, proxy, _router):
+            for source, expected in (("127.0.0.1", ["chat-model", "coder"]), ("127.0.0.2", ["chat-model"])):
+                connector = aiohttp.TCPConnector(local_addr=(source, 0))
+                async with (
+                    aiohttp.ClientSession(connector=connector) as session,
+                    session.get(f"http://{proxy}/v1/models", headers={"Host": "llama-router"}) as response,
+                ):
+                    listed = await response.json()
+                assert [m["id"] for m in listed["data"]] == expected
+                assert listed["object"] == "list"
 
     run(scenario())
 
@@ -131,15 +225,15 @@ def test_with_a_ready_pod_the_request_is_forwarded_at_once_and_streamed_untouche
 def test_a_held_request_reports_demand_until_a_pod_is_ready_then_is_served() -> None:
     async def scenario() -> None:
         view = FakeView()
-        async with stack(view) as (upstream, proxy, _activator):
+        async with stack(view) as (upstream, proxy, _router):
             request = asyncio.create_task(post(proxy))
             await asyncio.sleep(0.7)
             assert not request.done(), "held while no pod is ready"
             assert len(view.demands) >= 2, "demand reported, and repeated while held"
             assert {(k, uid) for k, uid, _ in view.demands} == {(KEY, "uid-1")}
-            view.turn_ready(upstream)
-            status, _, chunks, seconds = await request
-            assert status == 200 and b"".join(chunks) == b"".join(CHUNKS)
+            view.turn_ready(KEY, upstream)
+            status, _, data, seconds = await request
+            assert status == 200 and data == b"".join(CHUNKS)
             assert seconds >= 0.7
             await asyncio.sleep(0.1)  # the activation record runs in a thread
             assert len(view.activations) == 1 and view.activations[0][1] >= 0.7
@@ -150,20 +244,118 @@ def test_a_held_request_reports_demand_until_a_pod_is_ready_then_is_served() -> 
 def test_a_request_held_past_the_timeout_gets_503_with_retry_after() -> None:
     async def scenario() -> None:
         view = FakeView(timeout=0.5)
-        async with stack(view) as (_upstream, proxy, activator):
-            status, headers, chunks, seconds = await post(proxy)
+        async with stack(view) as (_upstream, proxy, router):
+            status, headers, data, seconds = await post(proxy)
             assert status == 503 and int(headers["Retry-After"]) >= 1
-            assert b"activationTimeoutSeconds" in b"".join(chunks)
+            assert b"activationTimeoutSeconds" in data
             assert 0.5 <= seconds < 3
-            assert activator.waking == {}, "a request that gave up does not date the next wake"
+            assert router.waking == {}, "a request that gave up does not date the next wake"
 
     run(scenario())
 
 
-def test_an_unknown_service_is_refused_with_how_to_address_one() -> None:
+def test_the_platform_caps_the_hold_time() -> None:
     async def scenario() -> None:
-        async with stack(FakeView()) as (_upstream, proxy, _activator):
-            status, _, chunks, _ = await post(proxy, host="other.team-b:8000")
-            assert status == 404 and b"other" in b"".join(chunks)
+        view = FakeView(timeout=3600)
+        async with stack(view, Limits(max_hold_seconds=0.4)) as (_upstream, proxy, _router):
+            status, headers, _, seconds = await post(proxy)
+            assert status == 503 and "Retry-After" in headers and seconds < 3
+
+    run(scenario())
+
+
+def test_limits_on_held_requests_and_body_size_answer_503_and_413() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        limits = Limits(max_held_requests_per_service=2, max_body_bytes=4096)
+        async with stack(view, limits) as (upstream, proxy, router):
+            held = [asyncio.create_task(post(proxy)) for _ in range(2)]
+            await asyncio.sleep(0.3)
+            status, headers, data, _ = await post(proxy)
+            assert status == 503 and int(headers["Retry-After"]) >= 1 and b"per-service" in data
+            big = {"model": "chat-model", "prompt": "x" * 5000}
+            status, _, _, _ = await post(proxy, body=big)
+            assert status == 413
+            assert router.metrics.rejected.labels(limit="held")._value.get() == 1
+            view.turn_ready(KEY, upstream)
+            assert [r[0] for r in await asyncio.gather(*held)] == [200, 200]
+            assert router.buffered == 0 and sum(router.held_requests.values()) == 0
+
+    run(scenario())
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        router = Router(view, limits=Limits(header_timeout_seconds=0.5))  # type: ignore[arg-type]
+        await router.start()
+        port, admin = free_port(), free_port()
+        async with listening(router, "127.0.0.1", port, admin, drain_seconds=0.1):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: chat.team-a\r\nX-Slow: ")
+            await writer.drain()
+            started = time.monotonic()
+            rest = await asyncio.wait_for(reader.read(), 5)
+            assert rest == b"" and time.monotonic() - started < 3, "closed by the router, not by the test"
+            writer.close()
+        await router.close()
+
+    run(scenario())
+
+
+def test_a_refused_connection_is_retried_on_another_pod() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        async with stack(view) as (upstream, proxy, router):
+            dead = f"127.0.0.1:{free_port()}"
+            view.ready[KEY] += [dead, upstream]
+            for i in range(6):
+                body = {"model": "chat-model", "messages": [{"role": "user", "content": f"q{i}"}]}
+                status, headers, _, _ = await post(proxy, body=body)
+                assert status == 200 and headers["X-Upstream"] == "vllm"
+            assert router.metrics.picks.labels(reason="retry")._value.get() >= 1
+
+    run(scenario())
+
+
+def test_sigterm_drain_finishes_streams_and_answers_held_requests_503() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        router = Router(view, demand_interval_seconds=0.2)  # type: ignore[arg-type]
+        view.changed = router.notify
+        await router.start()
+        port, admin = free_port(), free_port()
+        proxy = f"127.0.0.1:{port}"
+        async with serving(upstream_app("vllm")) as upstream:
+            view.ready[SECRET].append(upstream)
+            async with listening(router, "127.0.0.1", port, admin, drain_seconds=0.8):
+                slow = {"model": "chat-model", "delay": 0.2, "stream": True}
+                streaming = asyncio.create_task(post(proxy, "secret.team-b", source="127.0.0.2", body=slow))
+                held = asyncio.create_task(post(proxy))
+                await asyncio.sleep(0.3)
+            # left the block: SIGTERM's path (drain, then stop) has run
+            status, _, data, _ = await streaming
+            assert status == 200 and data == b"".join(CHUNKS), "the stream in flight finished"
+            status, headers, data, _ = await held
+            assert status == 503 and headers["Retry-After"] == "1" and b"stopping" in data
+            try:
+                await post(proxy)
+                raise AssertionError("a stopped router accepts no connection")
+            except aiohttp.ClientConnectorError:
+                pass
+        await router.close()
+
+    run(scenario())
+
+
+def test_json_bodies_are_forwarded_byte_for_byte() -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        seen: list[dict[str, Any]] = []
+        async with stack(view) as (_u, proxy, _router), serving(upstream_app("x", seen)) as upstream:
+            view.ready[KEY].append(upstream)
+            body = {"model": "chat-model", "messages": [{"role": "user", "content": "héllo"}], "n": 1}
+            status, _, _, _ = await post(proxy, body=body)
+            assert status == 200 and seen == [json.loads(json.dumps(body))]
 
     run(scenario())

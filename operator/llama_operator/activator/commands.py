@@ -1,4 +1,4 @@
-"""`llama-operator activator`: the activator's process (the chart's activator Deployment runs it)."""
+"""`llama-operator router` (alias `activator`): the router's process (the chart's router Deployment runs it)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,35 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from typing import Any
 
 from llama_operator.activator.proxy import serve
-from llama_operator.infra.kube import load_kube_config
+from llama_operator.activator.routing import Limits
+from llama_operator.infra.kube import load_kube_config, own_namespace
+
+MIB = 2**20
 
 
-def cmd_activator(args: argparse.Namespace) -> int:
+def _split(items: list[str] | None) -> list[str]:
+    return [part.strip() for item in items or [] for part in item.split(",") if part.strip()]
+
+
+def cmd_router(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     load_kube_config()
-    namespaces = [ns for item in args.namespace or [] for ns in item.split(",") if ns] or None
+    namespaces = _split(args.namespace) or None
+    limits = Limits(
+        max_body_bytes=int(args.max_body_mib * MIB),
+        max_buffered_bytes=int(args.max_buffered_mib * MIB),
+        max_held_requests=args.max_held_requests,
+        max_held_requests_per_service=args.max_held_requests_per_service,
+        max_held_bytes_per_service=int(args.max_held_mib_per_service * MIB),
+        max_hold_seconds=args.max_hold_seconds,
+        header_timeout_seconds=args.header_timeout,
+        body_timeout_seconds=args.body_timeout,
+    )
+    namespace = args.own_namespace or own_namespace(os.environ)[0]
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             serve(
@@ -26,6 +45,12 @@ def cmd_activator(args: argparse.Namespace) -> int:
                 admin_port=args.admin_port,
                 upstream_override=args.upstream_override,
                 demand_interval_seconds=args.demand_interval,
+                limits=limits,
+                own_namespace=namespace,
+                identity=os.environ.get("POD_NAME") or socket.gethostname(),
+                trusted_namespaces=frozenset(_split(args.trusted_namespace)),
+                trusted_sources=frozenset(_split(args.trusted_source)),
+                drain_seconds=args.drain_seconds,
             )
         )
     return 0
@@ -33,10 +58,12 @@ def cmd_activator(args: argparse.Namespace) -> int:
 
 def register_activator_command(sub: Any) -> None:
     help_text = (
-        "run the activator: holds requests for LlamaServices scaled to zero, reports the demand and forwards "
-        "them once a replica is ready"
+        "run the router: one OpenAI endpoint for the LlamaServices of the caller's namespace, routed by `model` "
+        "with prefix affinity; holds requests of services at zero, reports the demand and forwards them once a "
+        "replica is ready"
     )
-    p = sub.add_parser("activator", help=help_text, description=help_text)
+    p = sub.add_parser("router", aliases=["activator"], help=help_text, description=help_text)
+    defaults = Limits()
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("ACTIVATOR_PORT", "8000")), help="proxy port"
     )
@@ -49,12 +76,74 @@ def register_activator_command(sub: Any) -> None:
         help="namespaces whose LlamaServices it serves (repeatable; default: all)",
     )
     p.add_argument(
+        "--own-namespace",
+        default=None,
+        help="where its demand Leases live (default: POD_NAMESPACE, the ServiceAccount's, the kubeconfig's)",
+    )
+    p.add_argument(
+        "--trusted-namespace",
+        action="append",
+        metavar="NS[,NS...]",
+        help="namespaces whose pods (a gateway that authenticates) may address any namespace's services",
+    )
+    p.add_argument(
+        "--trusted-source",
+        action="append",
+        metavar="IP[,IP...]",
+        help="source addresses trusted as a trusted namespace's pods (a gateway on the host network)",
+    )
+    p.add_argument(
         "--demand-interval",
         type=float,
         default=2.0,
         help="seconds between two demand reports for a service while requests are held",
     )
+    p.add_argument(
+        "--max-body-mib", type=float, default=defaults.max_body_bytes / MIB, help="request body cap"
+    )
+    p.add_argument(
+        "--max-buffered-mib",
+        type=float,
+        default=defaults.max_buffered_bytes / MIB,
+        help="request bodies in memory at once, all requests together",
+    )
+    p.add_argument(
+        "--max-held-requests", type=int, default=defaults.max_held_requests, help="held at once, total"
+    )
+    p.add_argument(
+        "--max-held-requests-per-service",
+        type=int,
+        default=defaults.max_held_requests_per_service,
+        help="held at once for one LlamaService",
+    )
+    p.add_argument(
+        "--max-held-mib-per-service",
+        type=float,
+        default=defaults.max_held_bytes_per_service / MIB,
+        help="bodies of one LlamaService's held requests",
+    )
+    p.add_argument(
+        "--max-hold-seconds",
+        type=float,
+        default=defaults.max_hold_seconds,
+        help="the platform's cap on a LlamaService's activationTimeoutSeconds",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=defaults.header_timeout_seconds,
+        help="seconds a connection has to complete a request's headers (and an idle keep-alive lasts)",
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=defaults.body_timeout_seconds, help="seconds to receive a body"
+    )
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=45.0,
+        help="after SIGTERM: how long held and in-flight requests may still finish (held ones then get 503)",
+    )
     # Tests and the local cluster: kwok pods serve no HTTP, so a local vLLM stands in for every pod (the
     # pods' readiness still decides when a held request goes).
     p.add_argument("--upstream-override", default=None, help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd_activator)
+    p.set_defaults(func=cmd_router)

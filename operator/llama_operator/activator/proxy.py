@@ -1,16 +1,24 @@
-"""The activator's HTTP side (aiohttp: already in the operator's dependencies through kopf, and measured in
-docs/bench/activator-http.md). Each request is resolved to its LlamaService; with a ready vLLM endpoint it
-is forwarded at once, else it is held: the demand is reported on the LlamaService (again every few seconds
-while held, so a report the operator missed is repeated), and the request goes to the first endpoint that
-becomes ready, or gets a 503 with Retry-After when activationTimeoutSeconds runs out."""
+"""The router's HTTP side (aiohttp: already in the operator's dependencies through kopf, and measured in
+docs/bench/activator-http.md). One OpenAI-compatible endpoint for every LlamaService of the caller's
+namespace: `/v1/models` lists them, and any other request goes to the service that `model` (or Host, or
+X-LlamaService) names, to the pod the picker chooses (prefix affinity blended with load), streaming
+untouched. A service with no ready pod (scaled to zero, or waking) holds the request: the demand is
+reported (a Lease the operator reads; again every few seconds while held), and the request goes to the first
+pod that becomes ready, or gets a 503 with Retry-After when the hold time runs out. Limits on held requests,
+held and buffered bytes, body size and read times keep one tenant from exhausting the router for all."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
+from collections import Counter as Tally
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -18,73 +26,151 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.activator.cluster import ClusterView
+from llama_operator.activator.picker import pick, prefix_key, prompt_prefix
 from llama_operator.activator.routing import (
     HOP_BY_HOP,
+    NAMESPACE_HEADER,
     SERVICE_HEADER,
+    Caller,
+    HoldCounts,
+    Limits,
     ServiceKey,
+    admit_hold,
     forwarded_headers,
+    hold_seconds,
     resolve,
     retry_after_seconds,
+    served_models,
 )
 
 log = logging.getLogger(__name__)
 
 LABELS = ("namespace", "llamaservice")
 WAKE_BUCKETS = (1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+OVERHEAD_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5)
+CONNECT_RETRY_SECONDS = 10.0  # a pod that just turned ready may refuse connections for a moment
+DRAIN_RETRY_AFTER = 1  # a draining replica's 503: the other replica (or this one's successor) answers now
 
 
-class ActivatorMetrics:
+class RouterMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.held = Gauge(
-            "llama_activator_held_requests", "Requests held now, waiting for a replica.", LABELS, registry=r
+            "llama_router_held_requests", "Requests held now, waiting for a replica.", LABELS, registry=r
+        )
+        self.inflight = Gauge(
+            "llama_router_inflight_requests", "Requests forwarded and not finished.", registry=r
         )
         self.requests = Counter(
-            "llama_activator_requests",
-            "Requests by outcome: forwarded (a replica was ready), held_forwarded (held, then served), "
-            "timed_out (503 after activationTimeoutSeconds), unknown (no such LlamaService), upstream_error, "
-            "client_gone (the client left while held).",
+            "llama_router_requests",
+            "Requests by outcome: forwarded (a pod was ready), held_forwarded (held, then served), timed_out "
+            "(503 after the hold time), rejected (a limit: 503, or 413 for a body too big), draining (503: "
+            "this replica is stopping), unknown (no such LlamaService for this caller), forbidden (a source "
+            "that is no pod of a served namespace), upstream_error (no pod accepted the connection), "
+            "client_gone (the client left while held), models (/v1/models answered here).",
             ["outcome"],
             registry=r,
         )
+        self.picks = Counter(
+            "llama_router_picks",
+            "Pods picked, by reason: affinity (the prompt's prefix pod), spill (its next pod on the ring: the "
+            "affine one was above its bounded load), saturated (least-loaded: every pod at its bound), "
+            "least_loaded (no prompt), retry (another pod after a refused connection).",
+            ["reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "llama_router_rejected", "Requests refused by a limit, by limit.", ["limit"], registry=r
+        )
+        self.overhead = Histogram(
+            "llama_router_added_latency_seconds",
+            "Time the router adds before the upstream request: reading the body, resolving, picking, "
+            "connecting (not holding).",
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.activation = Histogram(
-            "llama_activator_activation_seconds",
+            "llama_router_activation_seconds",
             "A wake from zero: first request held to its first token.",
             LABELS,
             buckets=WAKE_BUCKETS,
             registry=r,
         )
         self.hold = Histogram(
-            "llama_activator_hold_seconds",
+            "llama_router_hold_seconds",
             "How long each held request waited for a ready replica.",
             buckets=WAKE_BUCKETS,
             registry=r,
         )
         self.demand_reports = Counter(
-            "llama_activator_demand_reports",
-            "Demand annotations written on LlamaServices (one per held service every few seconds).",
+            "llama_router_demand_reports",
+            "Demand reports written (one per held service every few seconds, on the service's Lease).",
             registry=r,
         )
 
 
-class Activator:
+ActivatorMetrics = RouterMetrics
+
+
+class RejectedError(Exception):
+    def __init__(self, status: int, limit: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.limit, self.message, self.retry_after = status, limit, message, retry_after
+
+
+@dataclass
+class Body:
+    """A request body: read into memory (`data`) when routing needs it (JSON: `model` and the prompt),
+    else left in the socket and streamed to the upstream (`stream`)."""
+
+    data: bytes | None
+    parsed: dict[str, Any] | None
+    stream: aiohttp.StreamReader | None
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else 0
+
+
+def error(status: int, message: str, *, retry_after: int | None = None, kind: str = "router") -> web.Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status, headers=headers
+    )
+
+
+class Router:
     def __init__(
         self,
         view: ClusterView,
         *,
         upstream_override: str | None = None,
         demand_interval_seconds: float = 2.0,
-        metrics: ActivatorMetrics | None = None,
+        limits: Limits | None = None,
+        trusted_namespaces: frozenset[str] = frozenset(),
+        trusted_sources: frozenset[str] = frozenset(),
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.view = view
         self.upstream_override = upstream_override.rstrip("/") if upstream_override else None
         self.demand_interval = demand_interval_seconds
-        self.metrics = metrics or ActivatorMetrics()
+        self.limits = limits or Limits()
+        self.trusted_namespaces = trusted_namespaces
+        self.trusted_sources = trusted_sources  # addresses trusted like a trusted namespace's pods
+        self.metrics = metrics or RouterMetrics()
         self.change = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.last_demand: dict[ServiceKey, float] = {}
         self.waking: dict[ServiceKey, float] = {}  # first held request of the wake in progress (monotonic)
         self.session: aiohttp.ClientSession | None = None
+        self.inflight: Tally[str] = Tally()  # open upstream requests per endpoint (the picker's load)
+        self.held_requests: Tally[ServiceKey] = Tally()
+        self.held_bytes: Tally[ServiceKey] = Tally()
+        self.buffered = 0  # bytes of request bodies in memory now
+        self.active = 0  # requests being handled now (held or forwarded)
+        self.draining_until: float | None = None  # monotonic deadline once SIGTERM came
+        self.idle = asyncio.Event()
+        self.sequence = 0
 
     # Called from the watch threads.
     def notify(self) -> None:
@@ -98,8 +184,8 @@ class Activator:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             auto_decompress=False,
         )
 
@@ -107,6 +193,141 @@ class Activator:
         if self.session is not None:
             await self.session.close()
 
+    def drain(self, seconds: float) -> None:
+        """SIGTERM: requests held past `seconds` from now get a 503; the listener is closed by the caller."""
+        self.draining_until = time.monotonic() + seconds
+        self._changed()
+
+    # --- who calls ---------------------------------------------------------------------------------------
+    def caller(self, request: web.Request) -> Caller:
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        address = str(peer[0]) if peer else ""
+        if address.startswith("::ffff:"):
+            address = address[7:]
+        if address in self.trusted_sources:
+            return Caller(None, trusted=True)
+        namespace = self.view.namespace_of(address)
+        return Caller(namespace, trusted=namespace is not None and namespace in self.trusted_namespaces)
+
+    # --- the request ---------------------------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        response = await self._handle(request)
+        if self.draining_until is not None:
+            response.force_close()  # a draining replica keeps no connection alive
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        received = time.monotonic()
+        self.active += 1
+        self.idle.clear()
+        body: Body | None = None
+        try:
+            caller = self.caller(request)
+            body = await self._body(request)
+            model = body.parsed.get("model") if body.parsed else None
+            namespace_header = request.headers.get(NAMESPACE_HEADER)
+            if request.path.rstrip("/") == "/v1/models" and request.method == "GET":
+                resolution = resolve(
+                    caller,
+                    host=request.host,
+                    explicit=request.headers.get(SERVICE_HEADER),
+                    model=None,
+                    namespace_header=namespace_header,
+                    services=self.view.known(),
+                )
+                if resolution.key is None:
+                    return self._models(caller, namespace_header)
+            else:
+                resolution = resolve(
+                    caller,
+                    host=request.host,
+                    explicit=request.headers.get(SERVICE_HEADER),
+                    model=model if isinstance(model, str) else None,
+                    namespace_header=namespace_header,
+                    services=self.view.known(),
+                )
+            if resolution.key is None:
+                outcome = "forbidden" if resolution.status == 403 else "unknown"
+                self.metrics.requests.labels(outcome=outcome).inc()
+                return error(resolution.status, resolution.message)
+            key = resolution.key
+            affinity = None
+            if body.parsed is not None:
+                affinity = prefix_key(str(model or ""), prompt_prefix(body.parsed))
+            if self.view.endpoints(key):
+                return await self._forward(request, body, key, affinity, held_since=None, received=received)
+            return await self._hold(request, body, key, affinity, received)
+        except RejectedError as rejected:
+            self.metrics.rejected.labels(limit=rejected.limit).inc()
+            self.metrics.requests.labels(
+                outcome="draining" if rejected.limit == "draining" else "rejected"
+            ).inc()
+            return error(rejected.status, rejected.message, retry_after=rejected.retry_after)
+        finally:
+            if body is not None and body.data is not None:
+                self.buffered -= len(body.data)
+            self.active -= 1
+            if self.active == 0:
+                self.idle.set()
+
+    def _models(self, caller: Caller, namespace_header: str | None) -> web.Response:
+        self.metrics.requests.labels(outcome="models").inc()
+        if caller.namespace is None and not caller.trusted:
+            self.metrics.requests.labels(outcome="forbidden").inc()
+            return error(403, "requests are accepted from pods of the namespaces this router serves")
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": f"{key[0]}/{key[1]}"}
+            for key, model in served_models(caller, namespace_header, self.view.known())
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _body(self, request: web.Request) -> Body:
+        """Read a JSON body (the OpenAI endpoints: `model` and the prompt route it) within the size and time
+        limits and the router's budget of buffered bytes; any other body is streamed, never held in memory."""
+        if not request.body_exists:
+            return Body(b"", None, None)
+        if request.content_type != "application/json":
+            return Body(None, None, request.content)
+        limits = self.limits
+        length = request.content_length
+        if length is not None and length > limits.max_body_bytes:
+            raise RejectedError(
+                413, "body_size", f"the request body is {length} bytes; the limit is {limits.max_body_bytes}"
+            )
+        reserve = length if length is not None else limits.max_body_bytes
+        if self.buffered + reserve > limits.max_buffered_bytes:
+            raise RejectedError(
+                503, "buffered_bytes", "this router holds too many request bodies now; retry", retry_after=1
+            )
+        self.buffered += reserve
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(limits.body_timeout_seconds):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > limits.max_body_bytes:
+                        raise RejectedError(
+                            413,
+                            "body_size",
+                            f"the request body is over the limit of {limits.max_body_bytes} bytes",
+                        )
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise RejectedError(
+                408, "body_timeout", f"the request body took over {limits.body_timeout_seconds:g}s"
+            ) from None
+        finally:
+            self.buffered -= reserve
+        data = b"".join(chunks)
+        self.buffered += len(data)  # released when the request ends (handle's finally)
+        parsed: dict[str, Any] | None = None
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            loaded = json.loads(data)
+            parsed = loaded if isinstance(loaded, dict) else None
+        return Body(data, parsed, None)
+
+    # --- holding ---------------------------------------------------------------------------------------
     async def _report_demand(self, key: ServiceKey, uid: str) -> None:
         now = time.monotonic()
         if now - self.last_demand.get(key, -1e9) < self.demand_interval:
@@ -116,123 +337,175 @@ class Activator:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.view.request_activation, key, uid, time.time())
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        resolution = resolve(request.host, request.headers.get(SERVICE_HEADER), self.view.known())
-        if resolution.key is None:
-            self.metrics.requests.labels(outcome="unknown").inc()
-            return web.json_response(
-                {"error": {"message": resolution.message, "type": "activator"}}, status=resolution.status
-            )
-        key = resolution.key
-        body = await request.read()
-        started = time.monotonic()
-        endpoint = self._pick(key)
-        if endpoint is not None:
-            return await self._forward(request, body, key, endpoint, held_since=None)
-        return await self._hold(request, body, key, started)
-
-    def _pick(self, key: ServiceKey) -> str | None:
-        endpoints = self.view.endpoints(key)
-        if not endpoints:
-            return None
-        # Spread held requests over the endpoints that are ready; kube-proxy balances the rest.
-        return endpoints[int(time.monotonic() * 1000) % len(endpoints)]
-
     async def _hold(
-        self, request: web.Request, body: bytes, key: ServiceKey, started: float
+        self, request: web.Request, body: Body, key: ServiceKey, affinity: int | None, received: float
     ) -> web.StreamResponse:
         service = self.view.service(key)
-        timeout = service.activation_timeout_seconds if service is not None else 300.0
-        gauge: Gauge | None = self.metrics.held.labels(namespace=key[0], llamaservice=key[1])
-        self.waking.setdefault(key, started)
-        assert gauge is not None
+        timeout = hold_seconds(
+            service.activation_timeout_seconds if service is not None else 300.0, self.limits
+        )
+        if self.draining_until is not None:
+            raise RejectedError(
+                503, "draining", "this router replica is stopping; retry", retry_after=DRAIN_RETRY_AFTER
+            )
+        counts = HoldCounts(sum(self.held_requests.values()), self.held_requests[key], self.held_bytes[key])
+        refusal = admit_hold(self.limits, counts, body.size)
+        if refusal is not None:
+            raise RejectedError(503, "held", f"{refusal}; retry", retry_after=retry_after_seconds(timeout))
+        gauge = self.metrics.held.labels(namespace=key[0], llamaservice=key[1])
+        self.waking.setdefault(key, received)
+        self.held_requests[key] += 1
+        self.held_bytes[key] += body.size
         gauge.inc()
+        holding = True
+
+        def release() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                gauge.dec()
+                self.held_requests[key] -= 1
+                self.held_bytes[key] -= body.size
+
         try:
             while True:
                 change = self.change  # taken before looking, so no change is missed
-                endpoint = self._pick(key)
-                if endpoint is not None:
-                    self.metrics.hold.observe(time.monotonic() - started)
-                    if gauge is not None:
-                        gauge.dec()
-                    gauge = None
-                    return await self._forward(request, body, key, endpoint, held_since=started)
-                remaining = started + timeout - time.monotonic()
+                if self.view.endpoints(key):
+                    self.metrics.hold.observe(time.monotonic() - received)
+                    release()
+                    return await self._forward(
+                        request, body, key, affinity, held_since=received, received=None
+                    )
+                now = time.monotonic()
+                remaining = received + timeout - now
+                if self.draining_until is not None and now >= self.draining_until:
+                    self._end_wake(key, received)
+                    raise RejectedError(
+                        503,
+                        "draining",
+                        "this router replica is stopping; retry",
+                        retry_after=DRAIN_RETRY_AFTER,
+                    )
                 if remaining <= 0:
-                    self._end_wake(key, started)
+                    self._end_wake(key, received)
                     self.metrics.requests.labels(outcome="timed_out").inc()
                     retry = retry_after_seconds(timeout)
-                    return web.json_response(
-                        {
-                            "error": {
-                                "message": f"LlamaService {key[0]}/{key[1]} has no ready replica after "
-                                f"{timeout:g}s (spec.autoscaling.activationTimeoutSeconds); it is starting: "
-                                f"retry in {retry}s",
-                                "type": "activator",
-                            }
-                        },
-                        status=503,
-                        headers={"Retry-After": str(retry)},
+                    return error(
+                        503,
+                        f"LlamaService {key[0]}/{key[1]} has no ready replica after {timeout:g}s "
+                        f"(spec.autoscaling.activationTimeoutSeconds, capped by the platform); it is starting: "
+                        f"retry in {retry}s",
+                        retry_after=retry,
                     )
                 current = self.view.service(key)
                 if current is not None:
                     await self._report_demand(key, current.uid)
+                wait = min(remaining, self.demand_interval)
+                if self.draining_until is not None:
+                    wait = min(wait, max(0.0, self.draining_until - now))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(change.wait(), min(remaining, self.demand_interval))
+                    await asyncio.wait_for(change.wait(), wait)
         except asyncio.CancelledError:
-            self._end_wake(key, started)
+            self._end_wake(key, received)
             self.metrics.requests.labels(outcome="client_gone").inc()
             raise
         finally:
-            if gauge is not None:
-                gauge.dec()
+            release()
 
+    # --- forwarding ------------------------------------------------------------------------------------
     async def _forward(
-        self, request: web.Request, body: bytes, key: ServiceKey, endpoint: str, *, held_since: float | None
+        self,
+        request: web.Request,
+        body: Body,
+        key: ServiceKey,
+        affinity: int | None,
+        *,
+        held_since: float | None,
+        received: float | None,
     ) -> web.StreamResponse:
+        """Send to the picked pod; a refused connection (nothing sent yet) tries another pod, then the same
+        ones again for a few seconds (a pod that just turned ready may not accept yet). Never after a byte
+        of the request went out."""
         assert self.session is not None
-        base = self.upstream_override or f"http://{endpoint}"
-        deadline = time.monotonic() + 10.0
+        service = self.view.service(key)
+        saturated_at = service.max_num_seqs if service is not None else 0
+        deadline = time.monotonic() + CONNECT_RETRY_SECONDS
+        refused: set[str] = set()
+        retry = False
         while True:
+            endpoints = [ep for ep in self.view.endpoints(key) if ep not in refused] or self.view.endpoints(
+                key
+            )
+            self.sequence += 1
+            chosen = pick(
+                endpoints, self.inflight, affinity, saturated_at=saturated_at, tiebreak=self.sequence
+            )
+            if chosen is None:  # its pods went away meanwhile: hold again
+                return await self._hold(request, body, key, affinity, time.monotonic())
+            self.metrics.picks.labels(reason="retry" if retry else chosen.reason).inc()
+            endpoint = chosen.endpoint
+            base = self.upstream_override or f"http://{endpoint}"
+            self.inflight[endpoint] += 1
+            self.metrics.inflight.inc()
             try:
+                data: Any = body.data if body.data is not None else body.stream
                 upstream_cm = self.session.request(
                     request.method,
                     f"{base}{request.rel_url}",
                     headers=forwarded_headers(dict(request.headers)),
-                    data=body or None,
+                    data=data or None,
                     allow_redirects=False,
                 )
-                upstream = await upstream_cm.__aenter__()
-                break
-            except aiohttp.ClientConnectorError as err:
-                # A pod that just turned ready may not accept yet: a few quick retries, then a 502.
-                if time.monotonic() > deadline:
-                    self.metrics.requests.labels(outcome="upstream_error").inc()
-                    return web.json_response(
-                        {"error": {"message": f"upstream {endpoint}: {err}", "type": "activator"}}, status=502
-                    )
-                await asyncio.sleep(0.2)
-        try:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for name, value in upstream.headers.items():
-                if name.lower() not in HOP_BY_HOP:
-                    response.headers.add(name, value)
-            await response.prepare(request)
-            first = True
-            async for chunk in upstream.content.iter_any():
-                if first:
-                    first = False
-                    self._first_token(key, held_since)
-                await response.write(chunk)
+                if received is not None:
+                    self.metrics.overhead.observe(time.monotonic() - received)
+                try:
+                    upstream = await upstream_cm.__aenter__()
+                except aiohttp.ClientConnectorError as err:
+                    if body.data is None and body.stream is not None:  # a streamed body may be half read
+                        self.metrics.requests.labels(outcome="upstream_error").inc()
+                        return error(502, f"upstream {endpoint}: {err}")
+                    refused.add(endpoint)
+                    retry = True
+                    if time.monotonic() > deadline:
+                        self.metrics.requests.labels(outcome="upstream_error").inc()
+                        return error(502, f"upstream {endpoint}: {err}")
+                    if refused >= set(self.view.endpoints(key)):
+                        refused.clear()
+                        await asyncio.sleep(0.2)
+                    continue
+                try:
+                    return await self._relay(request, upstream, key, held_since)
+                finally:
+                    await upstream_cm.__aexit__(None, None, None)
+            finally:
+                self.inflight[endpoint] -= 1
+                if self.inflight[endpoint] <= 0:
+                    del self.inflight[endpoint]
+                self.metrics.inflight.dec()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        key: ServiceKey,
+        held_since: float | None,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in upstream.headers.items():
+            if name.lower() not in HOP_BY_HOP:
+                response.headers.add(name, value)
+        await response.prepare(request)
+        first = True
+        async for chunk in upstream.content.iter_any():
             if first:
+                first = False
                 self._first_token(key, held_since)
-            await response.write_eof()
-            self.metrics.requests.labels(
-                outcome="forwarded" if held_since is None else "held_forwarded"
-            ).inc()
-            return response
-        finally:
-            await upstream_cm.__aexit__(None, None, None)
+            await response.write(chunk)
+        if first:
+            self._first_token(key, held_since)
+        await response.write_eof()
+        self.metrics.requests.labels(outcome="forwarded" if held_since is None else "held_forwarded").inc()
+        return response
 
     def _end_wake(self, key: ServiceKey, started: float) -> None:
         """A held request that gives up (timeout, client gone) no longer dates the wake: a later one does."""
@@ -257,23 +530,30 @@ class Activator:
             )
 
 
-def proxy_app(activator: Activator) -> web.Application:
-    app = web.Application(client_max_size=64 * 2**20)
-    app.router.add_route("*", "/{tail:.*}", activator.handle)
+Activator = Router
+
+
+def proxy_app(router: Router) -> web.Application:
+    # The body limit is the router's own (Limits.max_body_bytes, checked as it reads); aiohttp's only
+    # applies to request.read()/post(), which the router never calls.
+    app = web.Application(client_max_size=router.limits.max_body_bytes)
+    app.router.add_route("*", "/{tail:.*}", router.handle)
     return app
 
 
-def admin_app(activator: Activator) -> web.Application:
+def admin_app(router: Router) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
-            body=generate_latest(activator.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            body=generate_latest(router.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if activator.view.ready:
+        if router.draining_until is not None:
+            return web.Response(text="draining", status=503)
+        if router.view.ready:
             return web.Response(text="ok")
         return web.Response(text="watches not synced yet", status=503)
 
@@ -284,6 +564,38 @@ def admin_app(activator: Activator) -> web.Application:
     return app
 
 
+@contextlib.asynccontextmanager
+async def listening(
+    router: Router, address: str, port: int, admin_port: int, *, drain_seconds: float
+) -> AsyncIterator[web.TCPSite]:
+    """Both listeners; on exit, the proxy's listener closes first (no new connection), held and streaming
+    requests get `drain_seconds` to finish (held ones past it: 503 + Retry-After), then the rest is cut."""
+    # keepalive_timeout doubles as the header timeout: aiohttp closes a connection that has not completed a
+    # request's headers within it, counted from the connection's start or its last response.
+    proxy = web.AppRunner(
+        proxy_app(router),
+        access_log=None,
+        keepalive_timeout=router.limits.header_timeout_seconds,
+        shutdown_timeout=2.0,
+    )
+    admin = web.AppRunner(admin_app(router), access_log=None)
+    await proxy.setup()
+    await admin.setup()
+    site = web.TCPSite(proxy, address, port)
+    await site.start()
+    await web.TCPSite(admin, address, admin_port).start()
+    try:
+        yield site
+    finally:
+        router.drain(drain_seconds)
+        await site.stop()  # no new connections from here on
+        if router.active:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(router.idle.wait(), drain_seconds + 1.0)
+        await proxy.cleanup()
+        await admin.cleanup()
+
+
 async def serve(
     *,
     namespaces: list[str] | None,
@@ -292,32 +604,38 @@ async def serve(
     admin_port: int,
     upstream_override: str | None = None,
     demand_interval_seconds: float = 2.0,
+    limits: Limits | None = None,
+    own_namespace: str = "default",
+    identity: str = "router",
+    trusted_namespaces: frozenset[str] = frozenset(),
+    trusted_sources: frozenset[str] = frozenset(),
+    drain_seconds: float = 45.0,
 ) -> None:
-    """Run until cancelled."""
-    view = ClusterView(namespaces)
-    activator = Activator(
-        view, upstream_override=upstream_override, demand_interval_seconds=demand_interval_seconds
+    """Run until SIGTERM or SIGINT, then drain."""
+    view = ClusterView(
+        namespaces, own_namespace=own_namespace, identity=identity, trusted_namespaces=trusted_namespaces
     )
-    view.changed = activator.notify
-    await activator.start()
+    router = Router(
+        view,
+        upstream_override=upstream_override,
+        demand_interval_seconds=demand_interval_seconds,
+        limits=limits,
+        trusted_namespaces=trusted_namespaces,
+        trusted_sources=trusted_sources,
+    )
+    view.changed = router.notify
+    await router.start()
     view.start()
-    runners = []
-    for app, listen_port in ((proxy_app(activator), port), (admin_app(activator), admin_port)):
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=30.0)
-        await runner.setup()
-        await web.TCPSite(runner, address, listen_port).start()
-        runners.append(runner)
-    log.info("activator: proxy on %s:%d, metrics and probes on :%d", address, port, admin_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
-        # SIGTERM (after the pod's preStop, when it is out of every EndpointSlice): stop accepting, let
-        # held and streaming requests finish within the runner's shutdown timeout.
-        log.info("activator: stopping; waiting for requests in flight")
+        async with listening(router, address, port, admin_port, drain_seconds=drain_seconds):
+            log.info("router: proxy on %s:%d, metrics and probes on :%d", address, port, admin_port)
+            await stop.wait()
+            # SIGTERM (after the pod's preStop, when it is out of every EndpointSlice): stop accepting, let
+            # held and streaming requests finish within the drain time.
+            log.info("router: stopping; draining %d requests for up to %.0fs", router.active, drain_seconds)
     finally:
-        for runner in runners:
-            await runner.cleanup()
-        await activator.close()
+        await router.close()

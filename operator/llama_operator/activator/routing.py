@@ -1,9 +1,21 @@
-"""Which LlamaService a request is for, and how long it may be held. Pure.
+"""Which LlamaService a request is for, whether its caller may reach it, and the router's limits. Pure.
 
-A request reaches the activator through the LlamaService's own Service (an extra EndpointSlice names the
-activator's pods), so its Host header is what the client called: `name.namespace.svc.cluster.local`,
-`name.namespace.svc`, `name.namespace` or, from the same namespace, `name`. An explicit
-`X-LlamaService: namespace/name` header wins (for gateways that rewrite Host)."""
+Tenancy: one shared router serves every namespace, and a request reaches only LlamaServices of the
+namespace it comes from: the namespace of the pod whose address opened the connection (the router watches
+Pods; the TCP source address is the one thing a client cannot choose inside the cluster). Host,
+X-LlamaService and `model` only choose among that namespace's services. A LlamaService opens itself to
+callers in other namespaces with the annotation `llama-operator.dev/router-allowed-namespaces` (a
+comma-separated list, or `*`). A gateway or ingress that does its own authentication can be trusted by the
+platform (the chart's router.trustedNamespaces): its requests name the namespace (Host, X-LlamaService
+`namespace/name`, or X-LlamaService-Namespace with `model`). Any other source (a node, a host-network pod,
+an address outside the cluster) is refused.
+
+Addressing:
+- `X-LlamaService: name` or `namespace/name` (for gateways that rewrite Host) wins;
+- else Host, when the request came through the LlamaService's own Service (scale to zero):
+  `name.namespace.svc.cluster.local`, `name.namespace.svc`, `name.namespace`, or `name`;
+- else `model` (the OpenAI endpoint: one base URL, the request's `model` picks the service): the
+  service of the caller's namespace that serves that model name."""
 
 from __future__ import annotations
 
@@ -11,17 +23,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 SERVICE_HEADER = "X-LlamaService"
+NAMESPACE_HEADER = "X-LlamaService-Namespace"  # trusted callers only: the namespace `model` is looked up in
+ALLOWED_NAMESPACES_ANNOTATION = "llama-operator.dev/router-allowed-namespaces"
 CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc")
 
 ServiceKey = tuple[str, str]  # (namespace, name)
 
 
 @dataclass(frozen=True, slots=True)
-class HeldService:
-    """What the activator needs of one LlamaService."""
+class ServiceInfo:
+    """What the router needs of one LlamaService."""
 
     uid: str
     activation_timeout_seconds: float
+    models: tuple[str, ...] = ()  # the names vLLM serves it under (status.plan.servedModelName)
+    allowed_namespaces: frozenset[str] = frozenset()  # callers' namespaces besides its own; "*": any
+    max_num_seqs: int = 0  # the plan's: a pod with this many requests in flight takes no affine one more
+
+
+HeldService = ServiceInfo  # the activator's name for it
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who opened the connection: the namespace of the pod with that source address, or None when the
+    address is no pod's (a node, a host-network pod, outside the cluster). Trusted: its namespace is one the
+    platform trusts to name the namespace itself (a gateway that authenticates)."""
+
+    namespace: str | None
+    trusted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +59,22 @@ class Resolution:
     key: ServiceKey | None
     status: int  # 0 when resolved, else the HTTP status to answer
     message: str
+
+
+def parse_allowed(value: str | None) -> frozenset[str]:
+    return frozenset(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def may_reach(caller: Caller, key: ServiceKey, service: ServiceInfo) -> bool:
+    if caller.trusted:
+        return True
+    if caller.namespace is None:
+        return False
+    return (
+        caller.namespace == key[0]
+        or "*" in service.allowed_namespaces
+        or (caller.namespace in service.allowed_namespaces)
+    )
 
 
 def _host_name(host: str) -> str:
@@ -39,46 +85,132 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def resolve(host: str | None, explicit: str | None, services: Mapping[ServiceKey, HeldService]) -> Resolution:
-    """The LlamaService a request is for, or the status and message that say why none is."""
-    if explicit:
-        namespace, _, name = explicit.strip().partition("/")
-        key = (namespace, name)
-        if key in services:
-            return Resolution(key, 0, "")
-        return Resolution(
-            None, 404, f"{SERVICE_HEADER}: no LlamaService {explicit!r} is known to the activator"
-        )
+def host_key(host: str | None, default_namespace: str | None) -> ServiceKey | None:
+    """(namespace, name) from a Host header, a bare name in the caller's namespace; None if none fits."""
     name = _host_name(host or "")
     for suffix in CLUSTER_DOMAIN_SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
     parts = name.split(".")
-    if len(parts) == 2:
-        key = (parts[1], parts[0])
-        if key in services:
-            return Resolution(key, 0, "")
-        return Resolution(None, 404, f"no LlamaService {parts[0]!r} in namespace {parts[1]!r}")
-    if len(parts) == 1 and parts[0]:
-        matches = [key for key in services if key[1] == parts[0]]
+    if len(parts) == 2 and all(parts):
+        return (parts[1], parts[0])
+    if len(parts) == 1 and parts[0] and default_namespace and not parts[0].startswith("["):
+        return (default_namespace, parts[0])
+    return None
+
+
+def _not_reachable(caller: Caller, what: str) -> Resolution:
+    # The same answer whether the service exists elsewhere or not: another tenant's names are not disclosed.
+    scope = f"namespace {caller.namespace!r}" if caller.namespace else "this address"
+    return Resolution(None, 404, f"no LlamaService {what} is reachable from {scope}")
+
+
+def resolve(
+    caller: Caller,
+    *,
+    host: str | None,
+    explicit: str | None,
+    model: str | None,
+    namespace_header: str | None,
+    services: Mapping[ServiceKey, ServiceInfo],
+) -> Resolution:
+    """The LlamaService a request is for, or the status and message that say why none is."""
+    if caller.namespace is None and not caller.trusted:
+        return Resolution(
+            None,
+            403,
+            "requests are accepted from pods of the namespaces this router serves (or from a trusted "
+            "gateway); this source address is neither",
+        )
+    home = caller.namespace
+    if caller.trusted and namespace_header:
+        home = namespace_header.strip()
+    if explicit:
+        namespace, slash, name = explicit.strip().partition("/")
+        key = (namespace, name) if slash else (home or "", namespace)
+        service = services.get(key)
+        if service is None or not may_reach(caller, key, service):
+            return _not_reachable(caller, repr(explicit.strip()))
+        return Resolution(key, 0, "")
+    key_from_host = host_key(host, home)
+    if key_from_host is not None:
+        service = services.get(key_from_host)
+        if service is not None:
+            if not may_reach(caller, key_from_host, service):
+                return _not_reachable(caller, f"{key_from_host[1]}.{key_from_host[0]}")
+            return Resolution(key_from_host, 0, "")
+    if model:
+        if home is None:
+            return Resolution(None, 400, f"a trusted caller names the namespace: set {NAMESPACE_HEADER}")
+        matches = sorted(k for k, s in services.items() if k[0] == home and model in s.models)
         if len(matches) == 1:
             return Resolution(matches[0], 0, "")
         if matches:
-            namespaces = ", ".join(sorted(ns for ns, _ in matches))
+            names = ", ".join(name for _, name in matches)
             return Resolution(
                 None,
-                421,
-                f"{parts[0]!r} names a LlamaService in several namespaces ({namespaces}): call "
-                f"{parts[0]}.<namespace> or set {SERVICE_HEADER}: <namespace>/<name>",
+                409,
+                f"model {model!r} is served by several LlamaServices of namespace {home!r} ({names}): set "
+                f"{SERVICE_HEADER}: <name>",
             )
-        return Resolution(None, 404, f"no LlamaService named {parts[0]!r}")
+        return Resolution(None, 404, f"no LlamaService of namespace {home!r} serves model {model!r}")
     return Resolution(
         None,
         404,
-        f"cannot tell the LlamaService from Host {host!r}: call <name>.<namespace>[.svc] or set "
-        f"{SERVICE_HEADER}: <namespace>/<name>",
+        f"cannot tell the LlamaService: set `model` in the request body, call <name>.<namespace>[.svc], or "
+        f"set {SERVICE_HEADER}: <name>",
     )
+
+
+def served_models(
+    caller: Caller, namespace_header: str | None, services: Mapping[ServiceKey, ServiceInfo]
+) -> list[tuple[ServiceKey, str]]:
+    """What /v1/models lists: the models of the caller's namespace (a trusted caller's named one)."""
+    home = namespace_header.strip() if caller.trusted and namespace_header else caller.namespace
+    if home is None:
+        return []
+    return sorted((key, model) for key, s in services.items() if key[0] == home for model in s.models)
+
+
+# --- limits ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one router replica holds at most; beyond it, 503 with Retry-After (413 for a body too big)."""
+
+    max_body_bytes: int = 8 * 2**20  # a request body read to route it (JSON of the OpenAI endpoints)
+    max_buffered_bytes: int = 64 * 2**20  # bodies in memory at once, all requests together
+    max_held_requests: int = 1000  # held at once, all services
+    max_held_requests_per_service: int = 100
+    max_held_bytes_per_service: int = 16 * 2**20  # buffered bodies of one service's held requests
+    max_hold_seconds: float = 300.0  # the platform's cap on a service's activationTimeoutSeconds
+    header_timeout_seconds: float = 15.0  # a connection's request headers, complete, within this
+    body_timeout_seconds: float = 30.0  # a request body, complete, within this
+
+
+@dataclass(frozen=True, slots=True)
+class HoldCounts:
+    requests: int
+    requests_of_service: int
+    bytes_of_service: int
+
+
+def admit_hold(limits: Limits, counts: HoldCounts, body_bytes: int) -> str | None:
+    """None when one more request may be held, else why not (the 503's message)."""
+    if counts.requests + 1 > limits.max_held_requests:
+        return f"this router holds {counts.requests} requests already (its limit)"
+    if counts.requests_of_service + 1 > limits.max_held_requests_per_service:
+        return f"this service has {counts.requests_of_service} requests held already (the per-service limit)"
+    if counts.bytes_of_service + body_bytes > limits.max_held_bytes_per_service:
+        return "the held request bodies of this service reached the per-service limit"
+    return None
+
+
+def hold_seconds(activation_timeout_seconds: float, limits: Limits) -> float:
+    """A tenant's activationTimeoutSeconds, capped by the platform."""
+    return max(0.0, min(activation_timeout_seconds, limits.max_hold_seconds))
 
 
 def retry_after_seconds(activation_timeout_seconds: float) -> int:
@@ -87,7 +219,8 @@ def retry_after_seconds(activation_timeout_seconds: float) -> int:
     return max(1, min(30, round(activation_timeout_seconds / 10)))
 
 
-# Hop-by-hop headers (RFC 9110 7.6.1) are the connection's, never forwarded; Host is the upstream's.
+# Hop-by-hop headers (RFC 9110 7.6.1) are the connection's, never forwarded; Host is the upstream's. The
+# routing headers stay here too: vLLM has no use for them. Authorization passes through (vLLM's API key).
 HOP_BY_HOP = frozenset(
     {
         "connection",

@@ -1,0 +1,131 @@
+"""Which ready pod of a LlamaService takes a request, for time to first token. Pure.
+
+vLLM's prefix cache skips the prefill of the KV blocks a pod already holds, so requests that share a
+prompt's leading blocks (a system prompt, a conversation's history) should land on the pod that served
+them before. The picker hashes the prompt's leading blocks and walks a consistent-hash ring from there
+(consistent hashing with bounded loads, as KubeAI's proxy does): the first pod whose in-flight requests
+stay within `load_factor` times the mean takes it ("affinity"), else the next one on the ring ("spill"),
+so a skewed prefix never piles onto one pod. A pod at `saturated_at` in-flight requests takes no affine
+request: the least-loaded pod does ("saturated"). Requests without a prompt go to the least-loaded pod.
+Adding or removing a pod moves only the keys of its own arcs."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of even with 3+ pods
+BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
+PREFIX_CHARS = 1024  # the leading blocks that pick the pod (~256 tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    endpoint: str
+    reason: str  # affinity | spill | saturated | least_loaded
+
+
+def _hash(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def _text(content: Any) -> str:
+    """A message's content: a string, or the text of its parts (images and audio count as their URLs)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            json.dumps(part, sort_keys=True) if not isinstance(part, str) else part for part in content
+        )
+    return "" if content is None else json.dumps(content, sort_keys=True)
+
+
+def prompt_prefix(body: Mapping[str, Any]) -> str | None:
+    """The text whose leading blocks pick the pod: for chat, the messages up to and including the first
+    user message (the same for every turn of a conversation, and shared by conversations that share a
+    system prompt); for completions, the prompt. None when the body has neither."""
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages:
+        parts = []
+        for message in messages:
+            if not isinstance(message, Mapping):
+                continue
+            parts.append(f"<{message.get('role')}>{_text(message.get('content'))}")
+            if message.get("role") == "user":
+                break
+        return "".join(parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):  # a batch, or token ids: the first item
+        prompt = prompt[0] if prompt else None
+        if isinstance(prompt, list):
+            prompt = ",".join(str(t) for t in prompt[: PREFIX_CHARS // 4])
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(body.get("input"), str):  # embeddings
+        return str(body["input"])
+    return None
+
+
+def prefix_key(model: str, prefix: str | None, *, prefix_chars: int = PREFIX_CHARS) -> int | None:
+    """The hash of the prefix's leading whole blocks (a prefix shorter than one block: all of it), with the
+    model; None without a prefix."""
+    if not prefix:
+        return None
+    whole = min(len(prefix), prefix_chars) // BLOCK_CHARS * BLOCK_CHARS
+    lead = prefix[: whole or len(prefix)]
+    return _hash(f"{model}\0{lead}".encode())
+
+
+@functools.lru_cache(maxsize=256)
+def _ring(endpoints: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    points = sorted((_hash(f"{ep}#{i}".encode()), ep) for ep in endpoints for i in range(VIRTUAL_NODES))
+    return tuple(p for p, _ in points), tuple(ep for _, ep in points)
+
+
+def least_loaded(endpoints: Sequence[str], inflight: Mapping[str, int], tiebreak: int) -> str:
+    low = min(inflight.get(ep, 0) for ep in endpoints)
+    lows = [ep for ep in endpoints if inflight.get(ep, 0) == low]
+    return lows[tiebreak % len(lows)]
+
+
+def pick(
+    endpoints: Sequence[str],
+    inflight: Mapping[str, int],
+    key: int | None,
+    *,
+    load_factor: float = 1.25,
+    saturated_at: int = 0,
+    tiebreak: int = 0,
+) -> Pick | None:
+    """The pod for one request (None without any). `inflight`: requests this router has open per pod;
+    `saturated_at`: in-flight requests at which a pod takes no more affine requests (0: no such limit);
+    `tiebreak`: any number, spreading ties among least-loaded pods."""
+    candidates = tuple(sorted(set(endpoints)))
+    if not candidates:
+        return None
+    if len(candidates) == 1:
+        return Pick(candidates[0], "affinity" if key is not None else "least_loaded")
+    if key is None:
+        return Pick(least_loaded(candidates, inflight, tiebreak), "least_loaded")
+    total = sum(inflight.get(ep, 0) for ep in candidates)
+    bound = math.ceil(load_factor * (total + 1) / len(candidates))
+    points, owners = _ring(candidates)
+    start = bisect.bisect_left(points, key)
+    seen: list[str] = []
+    for i in range(len(points)):
+        owner = owners[(start + i) % len(points)]
+        if owner in seen:
+            continue
+        seen.append(owner)
+        load = inflight.get(owner, 0)
+        if load + 1 <= bound and not (saturated_at and load >= saturated_at):
+            return Pick(owner, "affinity" if len(seen) == 1 else "spill")
+        if len(seen) == len(candidates):
+            break
+    return Pick(least_loaded(candidates, inflight, tiebreak), "saturated")

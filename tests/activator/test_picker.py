@@ -1,0 +1,97 @@
+"""The endpoint picker: prefix affinity with bounded load, least-loaded otherwise. Pure."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from llama_operator.activator.picker import BLOCK_CHARS, pick, prefix_key, prompt_prefix
+
+PODS = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
+
+
+def chat(system: str, *turns: str) -> dict[str, object]:
+    messages = [{"role": "system", "content": system}]
+    for i, turn in enumerate(turns):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
+    return {"model": "m", "messages": messages}
+
+
+def key_of(body: dict[str, object]) -> int | None:
+    return prefix_key("m", prompt_prefix(body))
+
+
+def test_every_turn_of_a_conversation_goes_to_the_same_pod() -> None:
+    first = key_of(chat("You are helpful.", "Tell me about cats."))
+    later = key_of(
+        chat("You are helpful.", "Tell me about cats.", "Cats are...", "And dogs?", "Dogs...", "Fish?")
+    )
+    assert first is not None and first == later
+    assert pick(PODS, {}, first) == pick(PODS, {}, later)
+    assert pick(PODS, {}, first).reason == "affinity"  # type: ignore[union-attr]
+
+
+def test_different_conversations_spread_over_the_pods() -> None:
+    picks = Counter(pick(PODS, {}, key_of(chat("sys", f"question {i}"))).endpoint for i in range(600))  # type: ignore[union-attr]
+    assert set(picks) == set(PODS)
+    assert max(picks.values()) < 2 * min(picks.values()), picks
+
+
+def test_completions_hash_the_leading_whole_blocks_only() -> None:
+    base = "x" * (BLOCK_CHARS * 20)
+    assert prefix_key("m", base + "tail one") == prefix_key("m", base + "tail two")
+    assert prefix_key("m", "short a") != prefix_key("m", "short b")
+    assert prefix_key("m", "same") != prefix_key("other-model", "same")
+    assert prompt_prefix({"prompt": ["first", "second"]}) == "first"
+    assert prompt_prefix({"prompt": [[1, 2, 3]]}) == "1,2,3"
+    assert prompt_prefix({"model": "m"}) is None
+
+
+def test_a_skewed_prefix_never_piles_onto_one_pod() -> None:
+    """Everyone shares one system prompt and one question: bounded load spills to the next pods."""
+    key = key_of(chat("the same long system prompt " * 50, "hi"))
+    inflight: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for _ in range(90):
+        chosen = pick(PODS, inflight, key, load_factor=1.25)
+        assert chosen is not None
+        inflight[chosen.endpoint] += 1
+        reasons[chosen.reason] += 1
+    assert max(inflight.values()) <= 1.25 * (90 / 3) + 1, inflight
+    assert reasons["affinity"] >= 30 and reasons["spill"] > 0
+
+
+def test_a_saturated_affine_pod_sends_the_request_to_the_least_loaded() -> None:
+    key = key_of(chat("s", "q"))
+    home = pick(PODS, {}, key).endpoint  # type: ignore[union-attr]
+    others = [p for p in PODS if p != home]
+    inflight = {home: 4, others[0]: 4, others[1]: 1}
+    chosen = pick(PODS, inflight, key, saturated_at=4)
+    assert chosen is not None and chosen.endpoint == others[1]
+
+
+def test_every_pod_at_its_bound_goes_least_loaded() -> None:
+    chosen = pick(PODS, {PODS[0]: 5, PODS[1]: 3, PODS[2]: 5}, 12345, saturated_at=3)
+    assert chosen is not None and chosen.endpoint == PODS[1] and chosen.reason == "saturated"
+
+
+def test_without_a_prompt_the_least_loaded_pod_takes_it() -> None:
+    chosen = pick(PODS, {PODS[0]: 2, PODS[1]: 0, PODS[2]: 1}, None)
+    assert chosen is not None and chosen.endpoint == PODS[1] and chosen.reason == "least_loaded"
+    ties = {pick(PODS, {}, None, tiebreak=i).endpoint for i in range(3)}  # type: ignore[union-attr]
+    assert ties == set(PODS)
+
+
+def test_adding_a_pod_moves_only_the_keys_it_takes() -> None:
+    rng = random.Random(7)
+    keys = [rng.getrandbits(64) for _ in range(2000)]
+    before = {k: pick(PODS, {}, k).endpoint for k in keys}  # type: ignore[union-attr]
+    after = {k: pick([*PODS, "10.0.0.4:8000"], {}, k).endpoint for k in keys}  # type: ignore[union-attr]
+    moved = [k for k in keys if before[k] != after[k]]
+    assert all(after[k] == "10.0.0.4:8000" for k in moved)
+    assert 0.1 < len(moved) / len(keys) < 0.45
+
+
+def test_no_pod_no_pick() -> None:
+    assert pick([], {}, 1) is None
+    assert pick(["a:1"], {"a:1": 100}, 1, saturated_at=1) is not None
