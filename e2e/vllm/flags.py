@@ -22,12 +22,16 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# vLLM fills in help texts (and the config fields' docs) only when it sees --help on the command line
+# (vllm.engine.arg_utils.NEEDS_HELP, read at import); the code-loading search below reads them.
+sys.argv = [sys.argv[0], "--help"]
 
 # The converters vLLM's parser uses, by function name, as the contract's type names.
 _NAMED_TYPES = {
@@ -40,6 +44,32 @@ _NAMED_TYPES = {
     "human_readable_int": "human-int",  # 4096, 4k (x1000) or 4K (x1024)
     "human_readable_int_or_auto": "human-int-or-auto",
 }
+# Code loading, found from the parser itself (names and help texts of flags, names and docs of the config
+# fields a structured flag takes) so that a vLLM upgrade's new flag of the kind is caught without a hand list:
+# a flag or key whose name says class/plugin/middleware/module path, or whose text says it imports, loads or
+# runs code. tests/vllm_args/test_flag_contract.py checks the measured ones are found.
+_CODE_NAME = re.compile(
+    r"(^|_)(cls|class|classes|plugin|plugins|middleware|module_path|processors?|remote_code)$"
+)
+_CODE_TEXT = re.compile(
+    r"import path|fully[- ]qualified|qualified name|class name|path to a class|module path|module:class|"
+    r"dynamically load|plugin|remote code|dictconfig|executes? (model-generated )?code|"
+    r"code interpreter|custom_class",
+    re.IGNORECASE,
+)
+# A sentence that sends elsewhere is not about this flag loading code: "register a plugin via
+# `--tool-parser-plugin`" (that flag loads it), "Other custom values can be supported via plugins" (names that
+# installed plugins registered, chosen by this flag, loaded by vLLM's plugin mechanism).
+_POINTS_ELSEWHERE = re.compile(r"\bvia (`?--[a-z0-9-]+|plugins\b)", re.IGNORECASE)
+
+
+def _loads_code(name: str, text: str) -> bool:
+    if _CODE_NAME.search(name):
+        return True
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join((text or "").split()))
+    return any(_CODE_TEXT.search(s) and not _POINTS_ELSEWHERE.search(s) for s in sentences)
+
+
 # What a converter vLLM builds inline (a lambda) does to a probe tells what it is: only one kind is known.
 _LOWER_SNAKE_PROBE = ("Probe-Value", "probe_value")
 
@@ -51,6 +81,7 @@ class ValueType:
     fields: list[str] | None = None
     required: list[str] | None = None  # the keys a JSON object must have
     choices: list[str] | None = None  # when vLLM checks them after parsing, not the parser
+    code_keys: list[str] | None = None  # the keys of a structured config that load code
 
 
 def _closure_callable(function: Any) -> Callable[..., Any] | None:
@@ -67,7 +98,12 @@ def _value_type(converter: Any) -> ValueType:
         inner = _value_type(_closure_callable(converter))
         return dataclasses.replace(inner, none_allowed=inner.none_allowed or name == "_optional_type")
     if name == "parse_dataclass":
-        return ValueType("json", fields=_dataclass_fields(converter))
+        docs = _dataclass_docs(converter)
+        return ValueType(
+            "json",
+            fields=sorted(docs) if docs is not None else None,
+            code_keys=sorted(k for k, doc in (docs or {}).items() if _loads_code(k, doc)),
+        )
     if name == "<lambda>":
         try:
             probed = converter(_LOWER_SNAKE_PROBE[0])
@@ -77,10 +113,16 @@ def _value_type(converter: Any) -> ValueType:
     return ValueType(_NAMED_TYPES.get(name, "any"))
 
 
-def _dataclass_fields(parse_dataclass: Any) -> list[str] | None:
-    """The keys a structured config flag takes: its dataclass's fields (parse_dataclass's `cls` default)."""
+def _dataclass_docs(parse_dataclass: Any) -> dict[str, str] | None:
+    """The keys a structured config flag takes, with their docs: its dataclass's fields (parse_dataclass's
+    `cls` default)."""
+    from vllm.config.utils import get_attr_docs
+
     cls = (parse_dataclass.__defaults__ or (None,))[0]
-    return sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+    if not dataclasses.is_dataclass(cls):
+        return None
+    docs = get_attr_docs(cls)
+    return {f.name: docs.get(f.name) or "" for f in dataclasses.fields(cls)}
 
 
 def _field_bounds(dests: set[str]) -> dict[str, dict[str, float]]:
@@ -170,7 +212,21 @@ def describe(action: argparse.Action, bounds: dict[str, dict[str, float]]) -> di
         "fields": value_type.fields,
         "required": value_type.required,
         "bounds": bounds.get(action.dest) if numeric else None,
+        "loads_code": _loads_code(action.dest, action.help or ""),
+        "code_keys": value_type.code_keys or None,
     }
+
+
+def _mark_aliases_of_code_keys(flags: list[dict[str, Any]], helps: dict[str, str]) -> None:
+    """A flag whose help sends to a code-loading key of another flag (--log-config-file: "Use
+    --logging-config.pylogging_config_file instead") loads code too."""
+    code_keys = {
+        f"{name}.{key}" for flag in flags for key in flag["code_keys"] or () for name in flag["names"]
+    }
+    for flag in flags:
+        mentioned = set(re.findall(r"--[a-z0-9-]+\.[a-z0-9_]+", helps.get(flag["dest"], "")))
+        if mentioned & code_keys:
+            flag["loads_code"] = True
 
 
 def main() -> int:
@@ -183,6 +239,7 @@ def main() -> int:
     actions = [a for a in parser._actions if a.option_strings]
     bounds = _field_bounds({a.dest for a in actions})
     flags = sorted((describe(a, bounds) for a in actions), key=lambda f: f["dest"])
+    _mark_aliases_of_code_keys(flags, {a.dest: a.help or "" for a in actions})
     json.dump(
         {"vllm": getattr(vllm, "__version__", "?"), "flags": flags}, sys.stdout, indent=1, sort_keys=True
     )

@@ -17,6 +17,8 @@ NOT_RESERVED_KEYS: dict[str, Any] = {
 
 
 CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
+# A vLLM flag by its long name, or one key of a structured flag (--kv-transfer-config.kv_connector_module_path).
+CODE_LOADING_FLAG_PATTERN = r"^--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?$"
 
 
 def _any_case(word: str) -> str:
@@ -65,6 +67,24 @@ class Settings(BaseModel):
         str | None,
         Field(description="vLLM image for accelerator type cpu (default: the pinned CPU build)."),
     ] = None
+    # Code-loading flags are the platform's decision: with them a tenant runs any code the image can import
+    # (or a file on its cache volume), whatever the image policy says.
+    allowed_code_loading_flags: Annotated[
+        list[Annotated[str, Field(pattern=CODE_LOADING_FLAG_PATTERN, max_length=128)]],
+        Field(
+            description="vLLM flags that import or load code (--middleware, --logits-processors, "
+            "--worker-cls, --tool-parser-plugin, ...; the flag contract marks them) that "
+            "spec.engine.extraArgs may use, by name, or one key of a structured flag "
+            "(--kv-transfer-config.kv_connector_module_path). Empty: every such flag is refused."
+        ),
+    ] = Field(default_factory=list)
+    allow_trust_remote_code: Annotated[
+        bool,
+        Field(
+            description="Whether a LlamaService may set spec.model.trustRemoteCode (vLLM's --trust-remote-code: "
+            "run the Python code a model repository ships). Off: such a LlamaService is Degraded."
+        ),
+    ] = False
     field_manager: Annotated[
         str, Field(description="Field manager of the operator's server-side applies.")
     ] = "llama-operator"

@@ -6,7 +6,8 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from llama_operator.api.base import WireModel
 
@@ -76,6 +77,20 @@ QUANTITY_ZERO = re.compile(r"^[+-]?0*(\.0*)?([KMGTPE]i|[numkMGTPE]|[eE].*)?$")
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+# Model fields become vLLM arguments (`--model NAME`, `--revision REV`, `--served-model-name NAME`): a value
+# starting with '-' would be read by vLLM's parser as a flag (`--revision --port=9000`), the pod would
+# crash-loop. Refused here, so at `kubectl apply` too (the CRD's pattern).
+NOT_AN_OPTION = r"^[^-]"
+
+
+def refuse_option_like(field: str, value: str | None) -> str | None:
+    if value is not None and value.startswith("-"):
+        raise ValueError(
+            f"{field} must not start with '-': vLLM would read it as a flag (it becomes a command-line argument)"
+        )
+    return value
+
+
 class SecretKeyRef(WireModel):
     """A key in a Secret of the LlamaService's namespace."""
 
@@ -140,6 +155,7 @@ class ModelSpec(WireModel):
             "model cache volume (starting with /models/).",
             min_length=1,
             max_length=512,
+            pattern=NOT_AN_OPTION,
         ),
     ]
     served_name: Annotated[
@@ -148,10 +164,16 @@ class ModelSpec(WireModel):
             description="Model name clients send in requests. Default: the LlamaService's name.",
             min_length=1,
             max_length=256,
+            pattern=NOT_AN_OPTION,
         ),
     ] = None
     revision: Annotated[
-        str | None, Field(description="Model revision (branch, tag or commit) to load.", max_length=256)
+        str | None,
+        Field(
+            description="Model revision (branch, tag or commit) to load.",
+            max_length=256,
+            pattern=NOT_AN_OPTION,
+        ),
     ] = None
     token_secret_ref: Annotated[
         SecretKeyRef | None,
@@ -162,6 +184,20 @@ class ModelSpec(WireModel):
         ModelArchitecture | None,
         Field(description="Model shape; required when the model is not in the operator's built-in catalog."),
     ] = None
+    trust_remote_code: Annotated[
+        bool,
+        Field(
+            description="Run the Python code the model repository ships (vLLM's --trust-remote-code). Only where "
+            "the platform allows it (the operator's config.allowTrustRemoteCode); refused otherwise."
+        ),
+    ] = False
+
+    @field_validator("name", "served_name", "revision", mode="before")
+    @classmethod
+    def _not_an_option(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            refuse_option_like(f"model.{to_camel(info.field_name or '')}", value)
+        return value
 
 
 class AcceleratorSpec(WireModel):

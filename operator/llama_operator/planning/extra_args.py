@@ -6,6 +6,13 @@ both would let a tenant override what the operator sets. Here only full names pa
 for type, choices and bounds, and the flags the operator owns, and flags that carry secrets, are refused
 with the field to use instead. Whatever the real parser refuses, this refuses too
 (tests/vllm_args/test_flag_contract.py); it is stricter where vLLM would quietly do something else.
+
+Also refused: flags that import or load code (found in the parser by name and help text, marked in the
+contract) unless the platform lists them in config.allowedCodeLoadingFlags; flags that change how the pod
+listens, is probed or is laid out; keys of JSON flags that would override what other fields set; URLs with
+credentials and values shaped like well-known tokens. No message quotes an item's text: status, Events and
+logs show them, and an item may be a secret in the wrong place. Items are named by index and, once known,
+by the contract's own flag name.
 """
 
 from __future__ import annotations
@@ -46,7 +53,79 @@ OWNED_FLAGS: dict[str, str] = {
     # vLLM 0.32 has no shutdown-mode flag: SIGTERM drains for --shutdown-timeout seconds.
     "shutdown_timeout": "the operator derives it from the pod's termination grace period",
     "help": "it prints and exits: the server would never start; see `vllm serve --help` locally",
+    "quantization_config": "set spec.engine.quantization (the planner checks the method against the accelerator)",
+    "trust_remote_code": "set spec.model.trustRemoteCode (this cluster's config.allowTrustRemoteCode decides "
+    "whether it may)",
 }
+# Flags that change how the pod listens, is probed or is laid out, by dest, with why each is refused: the
+# operator's Service and HTTP probes reach one OpenAI-compatible server, in plain HTTP on port 8000 at /, in
+# a pod that is one whole engine.
+LAYOUT_FLAGS: dict[str, str] = {
+    "ssl_keyfile": "the operator's HTTP probes and Service speak plain HTTP to port 8000; terminate TLS at "
+    "the gateway or a service mesh",
+    "ssl_certfile": "the operator's HTTP probes and Service speak plain HTTP to port 8000; terminate TLS at "
+    "the gateway or a service mesh",
+    "ssl_ca_certs": "the operator serves plain HTTP (no TLS, so no client certificates); use a service mesh",
+    "ssl_cert_reqs": "the operator serves plain HTTP (no TLS, so no client certificates); use a service mesh",
+    "ssl_ciphers": "the operator serves plain HTTP (no TLS); terminate TLS at the gateway or a service mesh",
+    "enable_ssl_refresh": "the operator serves plain HTTP (no TLS); terminate TLS at the gateway",
+    "root_path": "it moves the API under a path prefix the probes and the Service's clients do not use",
+    "h11_max_header_count": "it limits the headers of every request, the probes' included; the operator "
+    "keeps vLLM's default",
+    "h11_max_incomplete_event_size": "it limits the size of every request, the probes' included; the "
+    "operator keeps vLLM's default",
+    "headless": "it runs no API server: the probes and the Service would find nothing on port 8000",
+    "grpc": "it serves gRPC instead of HTTP on the port: the probes and the Service's clients speak HTTP",
+    "tokens_only": "it serves only the tokens endpoint: the Service's OpenAI API would be gone",
+    "api_server_count": "one API server per pod: the operator scales pods (spec.replicas, spec.autoscaling)",
+    "allowed_local_media_path": "it lets API clients read files of the pod (the model cache, mounted "
+    "Secrets); give media by URL",
+    "nnodes": "one pod is one whole engine: multi-node layouts are not offered",
+    "node_rank": "one pod is one whole engine: multi-node layouts are not offered",
+    "master_addr": "one pod is one whole engine: multi-node layouts are not offered",
+    "master_port": "one pod is one whole engine: multi-node layouts are not offered",
+    "distributed_executor_backend": "the pod runs vLLM's own multiprocessing backend on its own GPUs; Ray "
+    "clusters are not offered",
+    "device_ids": "the pod sees the GPUs Kubernetes allocated to it; set spec.accelerator.count",
+    "prefill_context_parallel_size": "it multiplies the GPUs one engine needs; set spec.accelerator.count",
+    "data_parallel_rank": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_start_rank": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_size_local": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_address": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_rpc_port": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_backend": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_hybrid_lb": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_external_lb": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_multi_port_external_lb": "set spec.replicas or spec.autoscaling (one engine per pod)",
+    "data_parallel_supervisor_port": "set spec.replicas or spec.autoscaling (one engine per pod)",
+}
+# Keys of --hf-overrides (the model's Hugging Face config, at any depth) that the planner sized from or that
+# name code, with the field that sets them: a T4 refuses engine.quantization fp8, and must refuse it here too.
+HF_OVERRIDE_KEYS: dict[str, str] = {
+    "quantization_config": "set spec.engine.quantization (checked against the accelerator)",
+    "torch_dtype": "set spec.engine.dtype (checked against the accelerator)",
+    "dtype": "set spec.engine.dtype (checked against the accelerator)",
+    "max_position_embeddings": "set spec.engine.maxModelLen (the planner sizes the KV cache for it)",
+    "max_sequence_length": "set spec.engine.maxModelLen (the planner sizes the KV cache for it)",
+    "seq_length": "set spec.engine.maxModelLen (the planner sizes the KV cache for it)",
+    "rope_scaling": "set spec.engine.maxModelLen (the planner sizes the KV cache for it)",
+    "rope_parameters": "set spec.engine.maxModelLen (the planner sizes the KV cache for it)",
+    "sliding_window": "the planner sizes the KV cache from the model's own attention window",
+    "architectures": "set spec.model.name (and spec.model.architecture for a model the catalog lacks)",
+    "model_type": "set spec.model.name (and spec.model.architecture for a model the catalog lacks)",
+    "num_hidden_layers": "set spec.model.architecture.layers (the planner sizes the KV cache from it)",
+    "num_layers": "set spec.model.architecture.layers (the planner sizes the KV cache from it)",
+    "num_key_value_heads": "set spec.model.architecture.kvHeads (the planner sizes the KV cache from it)",
+    "num_attention_heads": "set spec.model.architecture (the planner sizes the KV cache from it)",
+    "head_dim": "set spec.model.architecture.headDim (the planner sizes the KV cache from it)",
+    "hidden_size": "set spec.model.architecture (the planner sizes the weights from it)",
+    "intermediate_size": "set spec.model.architecture.parameters (the planner sizes the weights from it)",
+    "vocab_size": "set spec.model.architecture.parameters (the planner sizes the weights from it)",
+    "auto_map": "it names remote code to import; set spec.model.trustRemoteCode where the platform allows it",
+}
+# Keys of any JSON flag (at any depth) that would set again what an owned flag sets; by the owned flag's
+# dest. Exempt: what a JSON flag means for its own part (the draft model of --speculative-config).
+_OWN_KEYS_OF_JSON_FLAGS: dict[str, frozenset[str]] = {"speculative_config": frozenset({"model", "revision"})}
 # Flags the planner sets only when extraArgs does not (it reads them from extraArgs instead).
 PLANNER_DEFAULTS: dict[str, str] = {
     "attention_backend": "the planner picks one on GPUs without FlashAttention-2 unless extraArgs names one",
@@ -61,8 +140,24 @@ SECRET_FLAGS: dict[str, str] = {
     "api_key": "set spec.engine.apiKeySecretRef (a Secret key, exposed to vLLM as VLLM_API_KEY)",
 }
 SECRET_FIX = "keep secrets in a Secret: spec.model.tokenSecretRef, spec.engine.apiKeySecretRef"
-# Any other flag, sub-key or JSON key whose name ends in one of these words is taken to carry a secret.
-SECRET_NAME = re.compile(r"(?:^|[-_.])(token|key|secret|password|passwd|apikey)$", re.IGNORECASE)
+# Any other flag, sub-key or JSON key whose name ends in one of these words is taken to carry a secret
+# (apiKey and accessToken as well as api_key and access-token).
+SECRET_NAME = re.compile(
+    r"(token|key|keys|secret|secrets|password|passwd|passphrase|pwd|credential|credentials|creds|auth|"
+    r"authorization|cookie|bearer|private[-_]?key|sas)$",
+    re.IGNORECASE,
+)
+# Names ending so that are not secrets (vLLM's own flags and keys).
+_NOT_SECRET_NAMES = re.compile(r"(hash_key|cache_key|sort_key|_monkey)$", re.IGNORECASE)
+# Values shaped like well-known credentials, wherever they appear: Hugging Face, OpenAI-style, GitHub,
+# GitLab, Slack and AWS tokens, JWTs, PEM private keys.
+SECRET_VALUE = re.compile(
+    r"\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{20,}|\bglpat-[A-Za-z0-9_-]{16,}|"
+    r"\bxox[abpr]-[A-Za-z0-9-]{10,}|\b(AKIA|ASIA)[0-9A-Z]{16}\b|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.|"
+    r"-----BEGIN [A-Z ]*PRIVATE KEY"
+)
+# A URL with userinfo (scheme://user:password@host): the password would be in args and status.plan.
+URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
 # Flags the parser takes but the pod cannot run with, by dest.
 UNUSABLE_FLAGS: dict[str, str] = {
     "grpc_port": "vLLM serves gRPC only with VLLM_USE_RUST_FRONTEND=1, which the operator's pod does not set",
@@ -107,6 +202,13 @@ class Flag:
     fields: frozenset[str] | None = None  # the keys of a structured config (--flag.key, JSON objects)
     bounds: Mapping[str, float] | None = None  # gt/ge/lt/le of the config field it fills
     required: frozenset[str] | None = None  # the keys its JSON object must have
+    loads_code: bool = False  # it imports or loads code (its name or help text says so)
+    code_keys: frozenset[str] = frozenset()  # the keys of a structured config that load code
+
+    @property
+    def name(self) -> str:
+        """The contract's own name of the flag (its first long option): safe to show in any message."""
+        return next((n for n in self.names if n.startswith("--")), self.names[0])
 
 
 @dataclass(frozen=True)
@@ -159,6 +261,8 @@ def flag_contract() -> FlagContract:
             fields=frozenset(item["fields"]) if item.get("fields") is not None else None,
             bounds=dict(item["bounds"]) if item.get("bounds") else None,
             required=frozenset(item["required"]) if item.get("required") is not None else None,
+            loads_code=bool(item.get("loads_code")),
+            code_keys=frozenset(item.get("code_keys") or ()),
         )
         for name in flag.names:
             by_name[normalise(name)] = flag
@@ -166,6 +270,7 @@ def flag_contract() -> FlagContract:
 
 
 def _unknown(name: str, where: str, contract: FlagContract) -> PlanningError:
+    # The name as given is not shown (it may be a secret given as a flag, `-hf_...`); known names are.
     known = list(contract.by_name)
     prefixed = sorted(n for n in known if n.startswith(name) and n.startswith("--"))
     if prefixed:
@@ -173,7 +278,7 @@ def _unknown(name: str, where: str, contract: FlagContract) -> PlanningError:
     else:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else "see `vllm serve --help` for the flags"
-    return PlanningError(f"{where}: {name} is not a flag of vLLM {contract.vllm_version}; {hint}")
+    return PlanningError(f"{where} is not a flag of vLLM {contract.vllm_version}; {hint}")
 
 
 def _human_int(text: str) -> int | None:
@@ -260,28 +365,28 @@ def _check_bounds(flag: Flag, name: str, number: float, where: str) -> None:
     if all(_BOUND_HOLDS[kind](number, limit) for kind, limit in bounds.items()):
         return
     limits = " and ".join(f"{_BOUND_WORDS[kind]} {limit:g}" for kind, limit in sorted(bounds.items()))
-    raise PlanningError(f"{where}: {name} must be {limits}; got {number:g}")
+    raise PlanningError(f"{where} must be {limits}")
 
 
-def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
+def _check_value(flag: Flag, name: str, value: str, where: str, policy: CodePolicy) -> None:
+    _check_secret_value(name, value, where)
     if flag.none_allowed and value in {"", "None"}:
         return
     valid = _VALID.get(flag.type)
     if valid is not None and not valid(value):
-        # A structured value is not echoed: it may hold a secret under a key this could not read.
-        got = "" if flag.type in _JSON_OBJECT_TYPES else f", got {value[:80]!r}"
-        raise PlanningError(f"{where}: {name} needs {_WANTED[flag.type]}{got}")
+        raise PlanningError(f"{where} needs {_WANTED[flag.type]}")
     parsed = _json(value)[1] if flag.type in _JSON_OBJECT_TYPES else None
-    _check_secret_keys(name, _json_keys(parsed), where)
+    if parsed is not None:
+        _check_json(flag, name, parsed, where, policy)
     if isinstance(parsed, dict):
         unknown = sorted(set(parsed) - flag.fields) if flag.fields is not None else []
         if unknown:
             raise PlanningError(
-                f"{where}: {name} has no key {unknown[0]!r}; its keys: {', '.join(sorted(flag.fields or ()))}"
+                f"{where} has a key that is not one of its keys: {', '.join(sorted(flag.fields or ()))}"
             )
         missing = sorted((flag.required or frozenset()) - set(parsed))
         if missing:
-            raise PlanningError(f"{where}: {name} needs the keys {', '.join(missing)}")
+            raise PlanningError(f"{where} needs the keys {', '.join(missing)}")
     if flag.choices is not None:
         # vLLM normalises these before it compares (see e2e/vllm/flags.py).
         normalisers: dict[str, Callable[[str], str]] = {
@@ -291,19 +396,87 @@ def _check_value(flag: Flag, name: str, value: str, where: str) -> None:
         chosen = normalisers.get(flag.type, str)(value)
         if chosen not in flag.choices:
             close = difflib.get_close_matches(chosen, flag.choices, n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise PlanningError(
-                f"{where}: {name} must be one of {', '.join(flag.choices)}; {hint}got {value[:80]!r}"
-            )
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise PlanningError(f"{where} must be one of {', '.join(flag.choices)}{hint}")
     number = _number(flag, value)
     if number is not None:
         _check_bounds(flag, name, number, where)
 
 
-def _check_secret_keys(name: str, keys: Iterator[str], where: str) -> None:
-    for key in keys:
-        if SECRET_NAME.search(key):
-            raise PlanningError(f"{where}: {name} has a key {key!r} that carries a secret; {SECRET_FIX}")
+def _secret_name(name: str) -> bool:
+    return SECRET_NAME.search(name) is not None and _NOT_SECRET_NAMES.search(name) is None
+
+
+def _check_secret_value(name: str, value: str, where: str) -> None:
+    """A URL with credentials or a value shaped like a token would be copied into args and status.plan."""
+    if URL_USERINFO.search(value):
+        raise PlanningError(
+            f"{where} holds a URL with credentials (user:password@host), which would be copied into "
+            f"the pod's args and the status; {SECRET_FIX}"
+        )
+    if SECRET_VALUE.search(value):
+        raise PlanningError(f"{where} holds a value shaped like a credential; {SECRET_FIX}")
+
+
+def _json_items(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(dotted path, key, value) of every key of every object in a JSON value, however deep."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            dotted = f"{path}.{key}" if path else str(key)
+            yield dotted, str(key), item
+            yield from _json_items(item, dotted)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _json_items(item, path)
+
+
+def _json_strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _json_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _json_strings(item)
+
+
+def _check_json(
+    flag: Flag, name: str, parsed: Any, where: str, policy: CodePolicy, *, prefix: str = ""
+) -> None:
+    """A JSON value against the rules of the flags and fields its keys stand for. `prefix`: the sub-key
+    path a dotted flag (`--flag.key value`) put the value under."""
+    for text in _json_strings(parsed):
+        _check_secret_value(name, text, where)
+    items = list(_json_items(parsed, prefix))
+    if prefix:  # the sub-key a dotted flag names is a key like the others
+        items.insert(0, (prefix, prefix.rsplit(".", 1)[-1], parsed))
+    exempt = _OWN_KEYS_OF_JSON_FLAGS.get(flag.dest, frozenset())
+    for dotted, key, _ in items:
+        top = dotted.split(".", 1)[0]
+        if _secret_name(key):
+            raise PlanningError(
+                f"{where} has a key named like a secret (token, key, password, ...); {SECRET_FIX}"
+            )
+        if top in flag.code_keys:
+            _check_code_allowed(flag, where, policy, key=top)
+        if flag.dest == "hf_overrides" and key in HF_OVERRIDE_KEYS:
+            raise PlanningError(
+                f"{where} overrides {key}, which the operator plans from; {HF_OVERRIDE_KEYS[key]}"
+            )
+        if flag.type != "json" and key in OWNED_FLAGS and key not in exempt and "." not in dotted:
+            raise PlanningError(f"{where} sets {key}, which the operator sets; {OWNED_FLAGS[key]}")
+
+
+def _check_code_allowed(flag: Flag, where: str, policy: CodePolicy, key: str | None = None) -> None:
+    if policy.allows(flag, key):
+        return
+    # The key is the contract's (a field of the flag's config), never the item's own text.
+    what = f"its key {key} imports or loads code" if key else "it imports or loads code"
+    raise PlanningError(
+        f"{where} is refused: {what}, which only the platform may allow (the operator's "
+        f"config.allowedCodeLoadingFlags, a chart value, {policy.describe()})"
+    )
 
 
 def _is_flag(token: str) -> bool:
@@ -326,22 +499,53 @@ def _line_break(token: str) -> bool:
     return any(c in token for c in "\n\r\0")
 
 
-def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
-    """Check every item against the flag contract; raise PlanningError naming the item and the fix."""
+@dataclass(frozen=True)
+class CodePolicy:
+    """The platform's decision on flags that load code: the names in config.allowedCodeLoadingFlags, a whole
+    flag (`--middleware`) or one key of a structured flag (`--kv-transfer-config.kv_connector_module_path`)."""
+
+    allowed: tuple[str, ...] = ()
+
+    def allows(self, flag: Flag, key: str | None = None) -> bool:
+        allowed = {normalise(name) for name in self.allowed}
+        names = {normalise(name) for name in flag.names}
+        if names & allowed:
+            return True
+        return key is not None and any(f"{name}.{key}" in allowed for name in names)
+
+    def describe(self) -> str:
+        return f"which lists {', '.join(self.allowed)}" if self.allowed else "which lists none"
+
+
+def check_trust_remote_code(wanted: bool, *, allowed: bool) -> None:
+    """spec.model.trustRemoteCode runs the model repository's Python code: the platform decides."""
+    if wanted and not allowed:
+        raise PlanningError(
+            "spec.model.trustRemoteCode is refused: it runs the Python code the model repository ships, which "
+            "this cluster does not allow (the operator's config.allowTrustRemoteCode, a chart value, is false); "
+            "use a model vLLM supports without it"
+        )
+
+
+def parse_extra_args(extra_args: Sequence[str], *, allowed_code_loading: Sequence[str] = ()) -> ExtraArgs:
+    """Check every item against the flag contract; raise PlanningError naming the item and the fix.
+
+    `allowed_code_loading`: the code-loading flags the platform allows (config.allowedCodeLoadingFlags)."""
     contract = flag_contract()
+    policy = CodePolicy(tuple(allowed_code_loading))
     settings: dict[str, str] = {}
     index = 0
     while index < len(extra_args):
         token = extra_args[index]
-        # An item is named by its index and, once known, its flag name: never by a value, which could be
-        # a secret that status, Events and logs must not show.
+        # An item is named by its index and, once known, the contract's name of its flag: never by its text,
+        # which could be a secret that status, Events and logs must not show.
         where = f"spec.engine.extraArgs[{index}]"
         if token == "" or _line_break(token):
             raise PlanningError(f"{where} is empty or holds a line break; give one flag or value per item")
         if not _is_flag(token):
             raise PlanningError(
-                f"{where} {token[:80]!r} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, "
-                "and a value must follow the flag that takes it"
+                f"{where} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, and a "
+                "value must follow the flag that takes it (in the next item, or after = in the same one)"
             )
         if token == "-O":
             # vLLM rewrites `-O N` only for N in 0..3; a bare -O is no flag of its parser.
@@ -355,40 +559,45 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
             attached = token[3:] if token[2:3] == "=" else token[2:]
             token = f"{OPTIMIZATION_LEVEL}={attached}" if attached else OPTIMIZATION_LEVEL
         name, has_value, inline = token.partition("=")
-        where = f"spec.engine.extraArgs[{index}] {name.split(maxsplit=1)[0][:80]!r}"
         if not _FLAG_NAME.match(name):
             hint = " (put the flag and its value in separate items)" if " " in token else ""
             raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
         if name in _NOT_SERVER_FLAGS:
-            raise PlanningError(f"{where}: {name} is refused: {_NOT_SERVER_FLAGS[name]}")
+            raise PlanningError(f"{where} is refused: {_NOT_SERVER_FLAGS[name]}")
         base, dot, sub_key = normalise(name).partition(".")
         flag = contract.lookup(base)
         if flag is None:
             raise _unknown(base, where, contract)
-        if flag.dest in SECRET_FLAGS or any(SECRET_NAME.search(part) for part in name.lstrip("-").split(".")):
+        where = f"{where} {flag.name}"
+        secret_named = flag.takes_value and any(_secret_name(part) for part in name.lstrip("-").split("."))
+        if flag.dest in SECRET_FLAGS or secret_named:
             fix = SECRET_FLAGS.get(flag.dest, SECRET_FIX)
-            raise PlanningError(f"{where}: {base} carries a secret and is refused in extraArgs; {fix}")
+            raise PlanningError(f"{where} carries a secret and is refused in extraArgs; {fix}")
         if flag.dest in OWNED_FLAGS:
-            raise PlanningError(f"{where}: {base} is set by the operator; {OWNED_FLAGS[flag.dest]}")
+            raise PlanningError(f"{where} is set by the operator; {OWNED_FLAGS[flag.dest]}")
         if flag.dest in UNUSABLE_FLAGS:
-            raise PlanningError(f"{where}: {base} is refused: {UNUSABLE_FLAGS[flag.dest]}")
+            raise PlanningError(f"{where} is refused: {UNUSABLE_FLAGS[flag.dest]}")
+        if flag.dest in LAYOUT_FLAGS:
+            raise PlanningError(f"{where} is refused: {LAYOUT_FLAGS[flag.dest]}")
+        if flag.loads_code:
+            _check_code_allowed(flag, where, policy)
         if dot and flag.type not in _STRUCTURED_TYPES:
-            raise PlanningError(f"{where}: {base} takes no sub-keys ({name})")
+            raise PlanningError(f"{where} takes no sub-keys")
         # `--flag.key+ a,b` appends to a list (FlexibleArgumentParser); the key is what comes before `+`.
         key = sub_key.split(".", 1)[0].removesuffix("+")
         if dot and (not key or (flag.fields is not None and key not in flag.fields)):
             close = difflib.get_close_matches(key, sorted(flag.fields or ()), n=1)
             hint = (
-                f"did you mean {base}.{close[0]}?"
+                f"did you mean {flag.name}.{close[0]}?"
                 if close
                 else f"its keys: {', '.join(sorted(flag.fields or ()))}"
             )
-            raise PlanningError(f"{where}: {base} has no key {key!r}; {hint}")
+            raise PlanningError(f"{where} has no such key; {hint}")
         fewest, most = (1, 1) if dot else _value_count(flag)
         values: list[str] = []
         if has_value:
             if most == 0:
-                raise PlanningError(f"{where}: {base} takes no value")
+                raise PlanningError(f"{where} takes no value")
             values.append(inline)
         else:
             while (most is None or len(values) < most) and index + 1 < len(extra_args):
@@ -403,22 +612,25 @@ def parse_extra_args(extra_args: Sequence[str]) -> ExtraArgs:
                     # FlexibleArgumentParser reads any item starting with '-' and holding a '.' as a
                     # dotted flag, whatever precedes it.
                     raise PlanningError(
-                        f"spec.engine.extraArgs[{index + 1}] {following[:80]!r}: vLLM would read it as a flag; "
-                        f"give it with = in one item ({base}={following[:80]})"
+                        f"spec.engine.extraArgs[{index + 1}] (the value of {flag.name}): vLLM would read it as "
+                        f"a flag; give it with = in one item ({flag.name}=<value>)"
                     )
                 values.append(following)
                 index += 1
         if len(values) < fewest:
-            raise PlanningError(f"{where}: {base} needs a value in the next item")
+            raise PlanningError(f"{where} needs a value in the next item")
         if not dot:
             for value in values:
-                _check_value(flag, base, value, where)
+                _check_value(flag, flag.name, value, where, policy)
             if values:
                 settings.setdefault(flag.dest, values[0])
             elif flag.dest == ENFORCE_EAGER:
                 settings.setdefault(flag.dest, "false" if name.startswith("--no-") else "true")
         else:
-            _check_secret_keys(base, _json_keys(_json(values[0])[1]), where)
+            path = sub_key.removesuffix("+")
+            _check_secret_value(flag.name, values[0], where)
+            parsed_ok, parsed = _json(values[0])
+            _check_json(flag, flag.name, parsed if parsed_ok else values[0], where, policy, prefix=path)
             if flag.dest == ATTENTION_CONFIG and key == "backend" and values:
                 settings.setdefault("attention_config.backend", values[0])
         index += 1

@@ -25,7 +25,7 @@ from llama_operator.catalog.accelerators import (
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.catalog.performance import StepModel, step_model
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import ExtraArgs, parse_extra_args
+from llama_operator.planning.extra_args import ExtraArgs, check_trust_remote_code, parse_extra_args
 from llama_operator.planning.images import check_engine_image
 from llama_operator.planning.inventory import (
     GPU_RESOURCE,
@@ -137,6 +137,9 @@ class PlanningConfig:
     gpu_memory_utilization: float = 0.90
     # The platform team's image policy for spec.engine.image; empty allows any image.
     allowed_image_prefixes: tuple[str, ...] = ()
+    # The platform team's code policy: code-loading vLLM flags extraArgs may use, and trustRemoteCode.
+    allowed_code_loading_flags: tuple[str, ...] = ()
+    allow_trust_remote_code: bool = False
     # Without spec.engine.maxModelLen, an accelerator fits only if its KV cache holds a sequence this long
     # (or the model's whole context, when shorter).
     min_context_tokens: int = 4096
@@ -812,6 +815,8 @@ def _vllm_args(
         args += ["--download-dir", config.model_cache_path]
     if spec.model.revision:
         args += ["--revision", spec.model.revision]
+    if spec.model.trust_remote_code:  # plan_service checked that the platform allows it
+        args.append("--trust-remote-code")
     if accel.is_gpu and not accel.supports_flash_attention_2:
         if request.extra.attention_backend is None:
             args += ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
@@ -828,7 +833,7 @@ def _vllm_args(
 # --- entry point ----------------------------------------------------------------------------------
 
 
-def _request(spec: LlamaServiceSpec) -> _Request:
+def _request(spec: LlamaServiceSpec, config: PlanningConfig) -> _Request:
     try:
         shape = model_shape(spec.model.name, spec.model.architecture)
     except UnknownModelError as error:
@@ -847,7 +852,7 @@ def _request(spec: LlamaServiceSpec) -> _Request:
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,
-        extra=parse_extra_args(engine.extra_args),
+        extra=parse_extra_args(engine.extra_args, allowed_code_loading=config.allowed_code_loading_flags),
         slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
     )
 
@@ -902,7 +907,8 @@ def plan_service(
     Raises PlanningError with a message the user can act on when the spec cannot work.
     """
     check_engine_image(spec.engine.image, config.allowed_image_prefixes)
-    request = _request(spec)
+    check_trust_remote_code(spec.model.trust_remote_code, allowed=config.allow_trust_remote_code)
+    request = _request(spec, config)
     notes: list[str] = []
     if spec.accelerator.type == AcceleratorType.AUTO:
         sized, auto_notes = _choose_auto(request, config, inventory)

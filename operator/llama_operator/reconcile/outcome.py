@@ -35,6 +35,8 @@ def planning_config(settings: Settings) -> PlanningConfig:
         "mig_strategy": settings.mig_strategy,
         "price_overrides": dict(settings.price_overrides),
         "allowed_image_prefixes": tuple(settings.allowed_image_prefixes),
+        "allowed_code_loading_flags": tuple(settings.allowed_code_loading_flags),
+        "allow_trust_remote_code": settings.allow_trust_remote_code,
     }
     if settings.gpu_image:
         kwargs["gpu_image"] = settings.gpu_image
