@@ -1,12 +1,21 @@
-{{- define "llama-operator.name" -}}llama-operator{{- end }}
+{{- define "llama-operator.name" -}}{{ .Values.nameOverride | default "llama-operator" | trunc 63 | trimSuffix "-" }}{{- end }}
 
 {{- define "llama-operator.fullname" -}}
-{{- if contains "llama-operator" .Release.Name }}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}{{ printf "%s-llama-operator" .Release.Name | trunc 63 | trimSuffix "-" }}{{ end }}
+{{- $name := include "llama-operator.name" . }}
+{{- if .Values.fullnameOverride }}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains $name .Release.Name }}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}{{ printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}{{ end }}
+{{- end }}
+
+{{/* monitoring.labels, on every ServiceMonitor, PodMonitor and PrometheusRule (and, through the config, the
+operator's own PodMonitors), then the object's own additionalLabels. */}}
+{{- define "llama-operator.monitoringLabels" -}}
+{{- $labels := merge (dict) (.extra | default dict) (.root.Values.monitoring | default dict).labels -}}
+{{- with $labels }}{{ toYaml . }}{{ end }}
 {{- end }}
 
 {{- define "llama-operator.labels" -}}
-app.kubernetes.io/name: llama-operator
+app.kubernetes.io/name: {{ include "llama-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -14,7 +23,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 
 {{- define "llama-operator.selectorLabels" -}}
-app.kubernetes.io/name: llama-operator
+app.kubernetes.io/name: {{ include "llama-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
@@ -52,6 +61,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# The router's demand Leases (its own namespace; it has no write access to LlamaServices): copied onto them.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch]
 {{- end }}
 
 {{/* watchNamespaces as a list, whether the values give a list or a comma-separated string. */}}
@@ -78,6 +91,9 @@ Secrets stay Secrets: the ConfigMap holds only their paths). */}}
 {{- if .Values.activator.enabled }}
 {{- $_ := set $config "activatorService" (printf "%s-activator" (include "llama-operator.fullname" .)) }}
 {{- $_ := set $config "activatorNamespace" .Release.Namespace }}
+{{- end }}
+{{- with (.Values.monitoring | default dict).labels }}
+{{- $_ := set $config "podMonitorLabels" (merge (dict) ($config.podMonitorLabels | default dict) .) }}
 {{- end }}
 {{- $dir := include "llama-operator.prometheusDir" . -}}
 {{- $p := .Values.prometheus | default dict -}}

@@ -27,6 +27,10 @@ from llama_operator.activator.routing import (
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import (
     ACTIVATION_REQUESTED_ANNOTATION,
+    DEMAND_LABEL,
+    DEMAND_NAME_ANNOTATION,
+    DEMAND_NAMESPACE_ANNOTATION,
+    DEMAND_UID_ANNOTATION,
     LAST_ACTIVATION_ANNOTATION,
     MANAGED_BY,
     SERVICE_LABEL,
@@ -39,11 +43,6 @@ log = logging.getLogger(__name__)
 # points back at the router, nor a hand-made one). That controller does not copy the Service's labels, so
 # every Service's slices are watched (as kube-proxy does) and matched to LlamaServices by the Service name.
 VLLM_SLICES = "endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
-# The demand Leases (in the router's own namespace) and what they are about; the operator reads these.
-DEMAND_LABEL = "llama-operator.dev/demand"
-DEMAND_NAMESPACE_ANNOTATION = "llama-operator.dev/demand-namespace"
-DEMAND_NAME_ANNOTATION = "llama-operator.dev/demand-name"
-DEMAND_UID_ANNOTATION = "llama-operator.dev/demand-uid"
 
 
 def rfc3339(seconds: float) -> str:

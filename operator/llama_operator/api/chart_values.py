@@ -201,6 +201,38 @@ class PrometheusValues(ValuesModel):
     bearer_token: PrometheusBearerTokenValues = Field(default_factory=PrometheusBearerTokenValues)
 
 
+class RouterLimitValues(ValuesModel):
+    """The router's limits, per replica."""
+
+    max_body_mib: Annotated[float, Field(description="A request body's size cap (413 beyond).", gt=0)] = 8
+    max_buffered_mib: Annotated[float, Field(description="Request bodies in memory at once.", gt=0)] = 64
+    max_held_requests: Annotated[int, Field(description="Requests held at once, all services.", ge=1)] = 1000
+    max_held_requests_per_service: Annotated[
+        int, Field(description="Requests held at once for one LlamaService.", ge=1)
+    ] = 100
+    max_held_mib_per_service: Annotated[
+        float, Field(description="Bodies of one LlamaService's held requests.", gt=0)
+    ] = 16
+    max_hold_seconds: Annotated[
+        int, Field(description="Cap on every LlamaService's activationTimeoutSeconds.", ge=1)
+    ] = 300
+    header_timeout_seconds: Annotated[
+        float, Field(description="A connection completes a request's headers within this.", gt=0)
+    ] = 15
+    body_timeout_seconds: Annotated[float, Field(description="A request body arrives within this.", gt=0)] = 30
+
+
+class NetworkPolicyValues(ValuesModel):
+    """A NetworkPolicy in each watched namespace: only the router, the operator's probes and the listed
+    peers reach the vLLM pods (needs watchNamespaces, and a network plugin that enforces policies)."""
+
+    enabled: Annotated[bool, Field(description="Create the NetworkPolicies.")] = False
+    extra_from: Annotated[
+        list[KubeObject],
+        Field(description="More NetworkPolicy peers allowed in (e.g. Prometheus, a gateway's namespace)."),
+    ] = Field(default_factory=list)
+
+
 class ActivatorValues(ValuesModel):
     """The activator (scale to zero): its Deployment, Service and RBAC."""
 
@@ -236,6 +268,26 @@ class ActivatorValues(ValuesModel):
     affinity: Annotated[KubeObject, Field(description="The activator pods' affinity.")] = Field(
         default_factory=dict
     )
+    trusted_namespaces: Annotated[
+        list[str],
+        Field(
+            description="Namespaces whose pods (a gateway that authenticates its clients) may address any "
+            "namespace's LlamaServices through the router; every other caller reaches only its own namespace's."
+        ),
+    ] = Field(default_factory=list)
+    trusted_sources: Annotated[
+        list[str],
+        Field(description="Source addresses trusted like a trusted namespace's pods (a host-network gateway)."),
+    ] = Field(default_factory=list)
+    drain_seconds: Annotated[
+        int, Field(description="After SIGTERM, how long held and streaming requests may still finish.", ge=0)
+    ] = 45
+    limits: Annotated[
+        RouterLimitValues, Field(description="What one router replica holds at most (503 + Retry-After beyond).")
+    ] = Field(default_factory=lambda: RouterLimitValues())
+    network_policy: Annotated[
+        NetworkPolicyValues, Field(description="A NetworkPolicy per namespace for the vLLM pods.")
+    ] = Field(default_factory=lambda: NetworkPolicyValues())
 
 
 class ChartValues(ValuesModel):

@@ -11,6 +11,12 @@ MANAGED_BY = "llama-operator"
 ACTIVATION_REQUESTED_ANNOTATION = "llama-operator.dev/activation-requested-at"
 LAST_ACTIVATION_ANNOTATION = "llama-operator.dev/last-activation"
 ACTIVATION_ANNOTATIONS = (ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION)
+# The router writes nothing in a tenant's namespace: it reports those two annotations on a Lease per service in
+# its own namespace (labelled DEMAND_LABEL, naming the service and its uid), and the operator copies them.
+DEMAND_LABEL = "llama-operator.dev/demand"
+DEMAND_NAMESPACE_ANNOTATION = "llama-operator.dev/demand-namespace"
+DEMAND_NAME_ANNOTATION = "llama-operator.dev/demand-name"
+DEMAND_UID_ANNOTATION = "llama-operator.dev/demand-uid"
 # The EndpointSlice that sends a scaled-to-zero LlamaService's traffic to the activator.
 ENDPOINT_SLICE_MANAGER = "llama-operator.dev"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

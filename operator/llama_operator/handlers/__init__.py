@@ -1,5 +1,5 @@
 """kopf handlers: a few lines each, gluing the pure core to the API. Importing registers them."""
 
-from llama_operator.handlers import autoscaler, controller, indexes, startup
+from llama_operator.handlers import autoscaler, controller, demand, indexes, startup
 
-__all__ = ["autoscaler", "controller", "indexes", "startup"]
+__all__ = ["autoscaler", "controller", "demand", "indexes", "startup"]

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from llama_operator.autoscale.promql import SignalLabels
-from llama_operator.desired.labels import SERVICE_LABEL
+from llama_operator.desired.labels import DEMAND_LABEL, SERVICE_LABEL
 from llama_operator.handlers.controller import Controller, start_controller
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
@@ -72,6 +72,7 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     # received and parsed): a cluster's other pods and Deployments cost the operator nothing.
     for kind in LABELLED_KINDS:
         settings.watching.label_selectors[kind] = SERVICE_LABEL
+    settings.watching.label_selectors[("coordination.k8s.io", "v1", "leases")] = DEMAND_LABEL  # the router's
     settings.posting.level = logging.INFO
 
     if os.environ.get(TRACEMALLOC_ENV):
