@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from llama_operator.api.settings import Settings
+from llama_operator.api.settings import HTTP_URL_PATTERN, Settings
 
 VALUES_SCHEMA_FILE = "charts/llama-operator/values.schema.json"
 
@@ -87,6 +87,32 @@ class MetricsValues(ValuesModel):
     service_monitor: ServiceMonitorValues = Field(default_factory=ServiceMonitorValues)
 
 
+class MonitoringValues(ValuesModel):
+    """What every monitoring object of the release shares."""
+
+    labels: Annotated[
+        dict[str, str],
+        Field(
+            description="Labels on every ServiceMonitor, PodMonitor and PrometheusRule of the release, and on the "
+            "PodMonitors the operator creates per LlamaService: the one place to say what your Prometheus "
+            "selects them by (kube-prometheus-stack: {release: <its release name>})."
+        ),
+    ] = Field(default_factory=dict)
+
+
+class PodDisruptionBudgetValues(ValuesModel):
+    enabled: Annotated[
+        bool,
+        Field(
+            description="A PodDisruptionBudget for the operator while replicaCount > 1: a drain keeps a "
+            "leader or a warm standby."
+        ),
+    ] = True
+    min_available: Annotated[
+        int, Field(description="Operator pods a voluntary disruption must leave running.", ge=1)
+    ] = 1
+
+
 # A Prometheus duration (rule `for:`): 90s, 15m, 1h30m.
 PromDuration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+$")]
 LabelKey = Annotated[
@@ -148,7 +174,12 @@ class PrometheusRuleValues(ValuesModel):
         ),
     ] = ""
     runbook_url: Annotated[
-        str, Field(description="Where docs/runbook.md is served; alerts link its sections.")
+        str,
+        Field(
+            description="Where docs/runbook.md is served (an http(s) URL); alerts link its sections.",
+            pattern=HTTP_URL_PATTERN,
+            json_schema_extra={"format": "uri"},
+        ),
     ] = RUNBOOK_URL
     page_severity: Annotated[
         str, Field(description="`severity` of alerts that page (fast budget burn, operator down).")
@@ -219,7 +250,9 @@ class RouterLimitValues(ValuesModel):
     header_timeout_seconds: Annotated[
         float, Field(description="A connection completes a request's headers within this.", gt=0)
     ] = 15
-    body_timeout_seconds: Annotated[float, Field(description="A request body arrives within this.", gt=0)] = 30
+    body_timeout_seconds: Annotated[float, Field(description="A request body arrives within this.", gt=0)] = (
+        30
+    )
 
 
 class NetworkPolicyValues(ValuesModel):
@@ -277,22 +310,47 @@ class ActivatorValues(ValuesModel):
     ] = Field(default_factory=list)
     trusted_sources: Annotated[
         list[str],
-        Field(description="Source addresses trusted like a trusted namespace's pods (a host-network gateway)."),
+        Field(
+            description="Source addresses trusted like a trusted namespace's pods (a host-network gateway)."
+        ),
     ] = Field(default_factory=list)
     drain_seconds: Annotated[
         int, Field(description="After SIGTERM, how long held and streaming requests may still finish.", ge=0)
     ] = 45
     limits: Annotated[
-        RouterLimitValues, Field(description="What one router replica holds at most (503 + Retry-After beyond).")
-    ] = Field(default_factory=lambda: RouterLimitValues())
+        RouterLimitValues,
+        Field(description="What one router replica holds at most (503 + Retry-After beyond)."),
+    ] = Field(default_factory=RouterLimitValues)
     network_policy: Annotated[
         NetworkPolicyValues, Field(description="A NetworkPolicy per namespace for the vLLM pods.")
-    ] = Field(default_factory=lambda: NetworkPolicyValues())
+    ] = Field(default_factory=NetworkPolicyValues)
 
 
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
+    # A parent chart's values shared with every subchart: Helm passes them in, so they must be accepted.
+    global_: Annotated[
+        dict[str, Any],
+        Field(alias="global", description="Values a parent chart shares with its subcharts (unused here)."),
+    ] = Field(default_factory=dict)
+    name_override: Annotated[
+        str,
+        Field(
+            description="Replaces the chart's name in object names and app.kubernetes.io/name.",
+            pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+            max_length=63,
+        ),
+    ] = ""
+    fullname_override: Annotated[
+        str,
+        Field(
+            description="The objects' full name (default: <release>-<chart name>, or the release name when "
+            "it holds the chart name).",
+            pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+            max_length=63,
+        ),
+    ] = ""
     crds: CrdValues = Field(default_factory=CrdValues)
     replica_count: Annotated[
         int, Field(description="Operator replicas: one leader acts, the others stand by.", ge=1, le=10)
@@ -338,6 +396,24 @@ class ChartValues(ValuesModel):
         default_factory=dict
     )
     priority_class_name: Annotated[str, Field(description="The operator pod's PriorityClass.")] = ""
+    topology_spread_constraints: Annotated[
+        list[KubeObject],
+        Field(
+            description="The operator pods' topologySpreadConstraints (a labelSelector defaults to the "
+            "operator's pods), e.g. across zones with replicaCount > 1."
+        ),
+    ] = Field(default_factory=list)
+    pod_disruption_budget: PodDisruptionBudgetValues = Field(default_factory=PodDisruptionBudgetValues)
+    extra_env: Annotated[
+        list[KubeObject],
+        Field(description="More env entries for the operator container (e.g. HTTPS_PROXY, NO_PROXY)."),
+    ] = Field(default_factory=list)
+    extra_volumes: Annotated[
+        list[KubeObject], Field(description="More volumes of the operator pod (e.g. a corporate CA bundle).")
+    ] = Field(default_factory=list)
+    extra_volume_mounts: Annotated[
+        list[KubeObject], Field(description="Mounts of extraVolumes into the operator container.")
+    ] = Field(default_factory=list)
     pod_security_context: Annotated[
         KubeObject, Field(description="The operator pod's securityContext (default: non-root, seccomp).")
     ] = Field(default_factory=dict)
@@ -352,6 +428,7 @@ class ChartValues(ValuesModel):
     ] = Field(default_factory=PrometheusValues)
     service_account: ServiceAccountValues = Field(default_factory=ServiceAccountValues)
     metrics: MetricsValues = Field(default_factory=MetricsValues)
+    monitoring: MonitoringValues = Field(default_factory=MonitoringValues)
     grafana: GrafanaValues = Field(default_factory=GrafanaValues)
     prometheus_rule: PrometheusRuleValues = Field(default_factory=PrometheusRuleValues)
     activator: ActivatorValues = Field(default_factory=ActivatorValues)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +16,12 @@ NOT_RESERVED_KEYS: dict[str, Any] = {
     }
 }
 
+
+# An http(s) URL with a host (no user:password@: credentials go in files). The same pattern in the chart's
+# values schema (with `format: uri`), so that `helm install` refuses `notaurl` before a pod starts.
+HTTP_URL_PATTERN = (
+    r"^https?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?([/?#]\S*)?$"
+)
 
 CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 # A vLLM flag by its long name, or one key of a structured flag (--kv-transfer-config.kv_connector_module_path).
@@ -118,6 +125,29 @@ class Settings(BaseModel):
             description="RuntimeClass of every vLLM pod (e.g. nvidia, where the GPU runtime is not the default)."
         ),
     ] = None
+    # Scheduling defaults of every vLLM pod (a dedicated GPU pool's taint and label, spot avoidance...): the
+    # plan's own placement (GPU product, MIG state, the GPU toleration) is added to them, never replaced.
+    pod_node_selector: Annotated[
+        dict[str, str],
+        Field(
+            description="nodeSelector of every vLLM pod (e.g. {pool: inference}); the planner's GPU product "
+            "label is added to it."
+        ),
+    ] = Field(default_factory=dict)
+    pod_tolerations: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="Tolerations of every vLLM pod (e.g. a dedicated pool's taint), beside the "
+            "nvidia.com/gpu toleration GPU pods get."
+        ),
+    ] = Field(default_factory=list)
+    pod_affinity: Annotated[
+        dict[str, Any],
+        Field(
+            description="The affinity field of every vLLM pod (nodeAffinity, podAffinity, podAntiAffinity). "
+            "Required node terms are combined with the planner's (both must hold)."
+        ),
+    ] = Field(default_factory=dict)
     pod_monitor_labels: Annotated[
         dict[str, str],
         Field(
@@ -128,7 +158,12 @@ class Settings(BaseModel):
     ] = Field(default_factory=dict)
     prometheus_url: Annotated[
         str,
-        Field(description="The Prometheus API (or Thanos, Mimir) the autoscaler reads vLLM's metrics from."),
+        Field(
+            description="The Prometheus API (or Thanos, Mimir) the autoscaler reads vLLM's metrics from: an "
+            "http:// or https:// URL.",
+            pattern=HTTP_URL_PATTERN,
+            json_schema_extra={"format": "uri"},
+        ),
     ] = "http://prometheus-operated.monitoring.svc:9090"
     # The connection to a secured Prometheus. Secrets are files (mounted by the chart from Secrets), read
     # again when they change, so that no password or token is in this configuration, the args or the logs.
@@ -281,11 +316,15 @@ class Settings(BaseModel):
             )
         return labels
 
-    @field_validator("prometheus_url")
+    @field_validator("prometheus_url", mode="before")
     @classmethod
-    def _http_url(cls, url: str) -> str:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"{url!r}: give an http:// or https:// URL of the Prometheus API")
+    def _http_url(cls, url: object) -> object:
+        # Before the pattern constraint: this message says what to give, the pattern's only that it failed.
+        if isinstance(url, str) and not re.match(HTTP_URL_PATTERN, url):
+            raise ValueError(
+                f"{url!r} is not an http:// or https:// URL of the Prometheus API "
+                "(e.g. http://prometheus-operated.monitoring.svc:9090)"
+            )
         return url
 
     @field_validator("prometheus_headers")

@@ -6,6 +6,7 @@ reference to the LlamaService, so the garbage collector removes them with it (no
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,36 @@ def _affinity(plan: Plan) -> dict[str, Any] | None:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
+def _with_platform_affinity(planned: dict[str, Any] | None, platform: dict[str, Any]) -> dict[str, Any]:
+    """The platform's affinity (config.podAffinity) with the plan's required node terms: node selector terms
+    are ORed and a term's expressions ANDed, so each platform term gets the plan's expressions; both hold."""
+    merged = copy.deepcopy(platform)
+    if not planned:
+        return merged
+    node = merged.setdefault("nodeAffinity", {})
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    plan_terms = planned["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    platform_terms = required.get("nodeSelectorTerms") or []
+    if not platform_terms:
+        terms = plan_terms
+    else:
+        terms = [
+            {
+                **platform_term,
+                "matchExpressions": [
+                    *plan_term.get("matchExpressions", []),
+                    *platform_term.get("matchExpressions", []),
+                ],
+            }
+            for plan_term in plan_terms
+            for platform_term in platform_terms
+        ]
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = {**required, "nodeSelectorTerms": terms}
+    return merged
+
+
 def scrape_annotations() -> dict[str, str]:
     return {
         "prometheus.io/scrape": "true",
@@ -225,12 +256,16 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
             }
         ],
     }
-    if plan.node_selector:
-        pod_spec["nodeSelector"] = dict(plan.node_selector)
-    if plan.tolerations:
-        pod_spec["tolerations"] = [t.to_wire() for t in plan.tolerations]
-    affinity = _affinity(plan)
-    if affinity is not None:
+    # The platform's scheduling defaults first; the plan's placement is added (its product label wins).
+    node_selector = {**settings.pod_node_selector, **plan.node_selector}
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    tolerations = [t.to_wire() for t in plan.tolerations]
+    tolerations += [t for t in settings.pod_tolerations if t not in tolerations]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    affinity = _with_platform_affinity(_affinity(plan), settings.pod_affinity)
+    if affinity:
         pod_spec["affinity"] = affinity
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]

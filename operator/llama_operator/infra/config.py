@@ -51,4 +51,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid operator configuration: {err}") from None
+        where = f" ({path})" if path else ""
+        raise ConfigError(f"invalid operator configuration{where}: {describe_errors(err)}") from None
+
+
+def describe_errors(err: ValidationError) -> str:
+    """pydantic's errors as one line, `field: message; ...`, by the field's name as configured (camelCase),
+    without pydantic's input dumps and documentation links: what a pod's last log line can show whole."""
+    parts = []
+    for e in err.errors(include_url=False, include_context=False, include_input=False):
+        where = ".".join(_configured_name(str(p)) for p in e["loc"]) or "configuration"
+        message = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts).replace("\n", " ")
+
+
+def _configured_name(part: str) -> str:
+    field = Settings.model_fields.get(part)
+    return (field.alias or part) if field is not None else part

@@ -322,8 +322,9 @@ def render_chart_template() -> str:
         "  namespace: {{ .Values.prometheusRule.namespace | default .Release.Namespace }}\n"
         "  labels:\n"
         '    {{- include "llama-operator.labels" . | nindent 4 }}\n'
-        "    {{- with .Values.prometheusRule.additionalLabels }}\n"
-        "    {{- toYaml . | nindent 4 }}\n"
+        '    {{- with include "llama-operator.monitoringLabels" (dict "root" . "extra" '
+        ".Values.prometheusRule.additionalLabels) }}\n"
+        "    {{- . | nindent 4 }}\n"
         "    {{- end }}\n"
         "spec:\n"
         f"{indented}"

@@ -1,0 +1,218 @@
+"""The chart behaves as platform teams expect of a chart: usable as a subchart (`global`), renamable,
+highly available (a PDB with replicas), extensible (extra env, volumes, topology spread), with defaults for
+the vLLM pods' scheduling, one label for every monitor, URLs checked at install time, and a kubeVersion.
+
+Rendered with `helm template` (no cluster needed): the chart's schema judges the values as `helm install`
+would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster import info as cluster_info
+from localcluster.config import cache_paths
+from support import repo_root
+
+CHART = repo_root() / "charts" / "llama-operator"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    loaded = cluster_info.load()
+    candidates = [Path(p) for p in (os.environ.get("HELM"),) if p]
+    if loaded is not None and "helm" in loaded.raw.get("binaries", {}):
+        candidates.append(Path(loaded.raw["binaries"]["helm"]))
+    candidates.append(cache_paths().tools / "helm")
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        message = (
+            f"helm not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def template(helm: Path, *args: str, release: str = "llama-operator") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), "template", release, str(CHART), "--namespace", "llama-operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def render(helm: Path, *args: str, release: str = "llama-operator") -> list[dict[str, Any]]:
+    proc = template(helm, *args, release=release)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def operator_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [d for d in find(docs, "Deployment") if "activator" not in d["metadata"]["name"]]
+    return found
+
+
+def operator_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (config_map,) = [c for c in find(docs, "ConfigMap") if "config.yaml" in c["data"]]
+    loaded: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return loaded
+
+
+def test_usable_as_a_subchart_with_global_values(helm: Path) -> None:
+    docs = render(helm, "--set", "global.imageRegistry=registry.example.com", "--set", "global.foo.bar=1")
+    assert operator_deployment(docs)
+
+
+def test_name_overrides_rename_every_object(helm: Path) -> None:
+    docs = render(helm, "--set", "fullnameOverride=llm-ops")
+    names = {d["metadata"]["name"] for d in docs if d["kind"] in ("Deployment", "ConfigMap", "Service")}
+    assert names == {"llm-ops", "llm-ops-metrics", "llm-ops-dashboard"}
+    assert operator_deployment(docs)["spec"]["template"]["spec"]["serviceAccountName"] == "llm-ops"
+    docs = render(helm, "--set", "nameOverride=llm", release="prod")
+    assert operator_deployment(docs)["metadata"]["name"] == "prod-llm"
+    assert operator_deployment(docs)["metadata"]["labels"]["app.kubernetes.io/name"] == "llm"
+
+
+def test_a_pdb_keeps_one_operator_when_it_has_replicas(helm: Path) -> None:
+    assert not find(render(helm), "PodDisruptionBudget")
+    docs = render(helm, "--set", "replicaCount=2")
+    (pdb,) = [p for p in find(docs, "PodDisruptionBudget") if "activator" not in p["metadata"]["name"]]
+    selector = operator_deployment(docs)["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_topology_spread_extra_env_and_volumes_reach_the_pod(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                    }
+                ],
+                "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+                "extraVolumes": [{"name": "certs", "configMap": {"name": "corp-ca"}}],
+                "extraVolumeMounts": [{"name": "certs", "mountPath": "/etc/corp-ca", "readOnly": True}],
+            }
+        )
+    )
+    pod = operator_deployment(render(helm, "-f", str(values)))["spec"]["template"]["spec"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+    # The chart fills in the selector that spreads the operator's own pods.
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llama-operator"
+    (container,) = pod["containers"]
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in container["env"]
+    assert {"name": "certs", "configMap": {"name": "corp-ca"}} in pod["volumes"]
+    assert {"name": "certs", "mountPath": "/etc/corp-ca", "readOnly": True} in container["volumeMounts"]
+
+
+def test_vllm_pod_scheduling_defaults_reach_the_operators_config(helm: Path, tmp_path: Path) -> None:
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "podTolerations": [toleration],
+                    "podNodeSelector": {"pool": "inference"},
+                    "podAffinity": {
+                        "nodeAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 1,
+                                    "preference": {
+                                        "matchExpressions": [
+                                            {"key": "spot", "operator": "In", "values": ["false"]}
+                                        ]
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                }
+            }
+        )
+    )
+    config = operator_config(render(helm, "-f", str(values)))
+    assert config["podTolerations"] == [toleration]
+    assert config["podNodeSelector"] == {"pool": "inference"}
+    assert config["podAffinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_one_monitoring_label_reaches_every_monitor_and_rule(helm: Path) -> None:
+    docs = render(
+        helm,
+        "--set",
+        "monitoring.labels.release=kps",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "activator.enabled=true",
+    )
+    monitors = [d for d in docs if d["kind"] in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
+    kinds = {d["kind"] for d in monitors}
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    # The activator is scraped too.
+    assert any("activator" in d["metadata"]["name"] for d in monitors if d["kind"] != "PrometheusRule")
+    for d in monitors:
+        assert d["metadata"]["labels"].get("release") == "kps", d["metadata"]["name"]
+    # ... and the PodMonitors the operator makes for each LlamaService.
+    assert operator_config(docs)["podMonitorLabels"] == {"release": "kps"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("config.prometheusUrl=notaurl", "prometheusUrl"),
+        ("config.prometheusUrl=ftp://prometheus:9090", "prometheusUrl"),
+        ("prometheusRule.runbookUrl=docs/runbook", "runbookUrl"),
+    ],
+)
+def test_a_url_that_is_not_one_fails_at_install_time(helm: Path, setting: str, field: str) -> None:
+    proc = template(helm, "--set", setting)
+    assert proc.returncode != 0
+    assert field in proc.stderr
+
+
+def test_urls_that_are_urls_pass(helm: Path) -> None:
+    render(
+        helm,
+        "--set",
+        "config.prometheusUrl=https://mimir.example.com/prometheus",
+        "--set",
+        "prometheusRule.runbookUrl=https://wiki.example.com/llm/runbook",
+    )
+
+
+def test_the_chart_states_the_kubernetes_it_needs(helm: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.30.0-0"  # the vLLM pods' preStop sleep hook is 1.30's
+    proc = template(helm, "--kube-version", "1.29.0")
+    assert proc.returncode != 0 and "kubeVersion" in proc.stderr
+    render(helm, "--kube-version", "1.30.0")
+
+
+def test_watch_namespaces_as_the_docs_set_it(helm: Path) -> None:
+    docs = render(helm, "--set", "watchNamespaces={team-a,team-b}")
+    args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args

@@ -1,0 +1,49 @@
+"""An invalid operator configuration stops the operator with one line naming the field, not a pydantic dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llama_operator.infra.config import ConfigError, load_settings
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ("prometheusUrl: notaurl\n", "prometheusUrl"),
+        ("prometheusUrl: ftp://prometheus:9090\n", "prometheusUrl"),
+        ("migStrategy: bogus\nresyncSeconds: -1\n", "migStrategy"),
+        ("podLabels: {app.kubernetes.io/name: x}\n", "podLabels"),
+    ],
+)
+def test_an_invalid_configuration_is_one_line_naming_the_field(
+    tmp_path: Path, config: str, field: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    with pytest.raises(ConfigError) as err:
+        load_settings({"LLAMA_OPERATOR_CONFIG": str(path)})
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"invalid operator configuration ({path}): {field}: ")
+    assert (
+        "pydantic" not in message
+        and "input_value" not in message
+        and "For further information" not in message
+    )
+
+
+def test_every_error_is_in_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("migStrategy: bogus\nresyncSeconds: -1\n")
+    with pytest.raises(ConfigError, match=r"migStrategy: .*; resyncSeconds: "):
+        load_settings({"LLAMA_OPERATOR_CONFIG": str(path)})
+
+
+def test_a_url_is_an_http_url() -> None:
+    settings = load_settings({"LLAMA_OPERATOR_PROMETHEUS_URL": "https://mimir.example.com/prometheus"})
+    assert settings.prometheus_url == "https://mimir.example.com/prometheus"
+    with pytest.raises(ConfigError, match="prometheusUrl: 'notaurl' is not an http:// or https:// URL"):
+        load_settings({"LLAMA_OPERATOR_PROMETHEUS_URL": "notaurl"})
