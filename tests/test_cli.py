@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from importlib import metadata as package_metadata
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import yaml
 from llama_operator.api.crd import CRD_FILE
 from llama_operator.cli import (
     EXIT_INTERNAL_ERROR,
+    MAX_INPUT_BYTES,
     build_parser,
     cmd_plan,
     dump_yaml,
@@ -430,3 +432,66 @@ def test_run_hands_kopf_a_command_line_it_parses(
     assert context.params["modules"] == ("llama_operator.handlers",)
     assert context.params["namespaces"] == namespaces
     assert context.params["clusterwide"] is clusterwide
+
+
+# Input limits (issue 24): what once exited 70 (an internal error) or ran for seconds is a clear exit 1.
+@pytest.mark.parametrize(
+    "field",
+    [
+        "replicas: " + "9" * 5000,  # more digits than Python's int() converts
+        "replicas: " + "9" * 25,
+        "replicas: -" + "9" * 4400,
+        "replicas: 0x" + "f" * 5000,
+        "replicas: 1" + "_0" * 3000,
+    ],
+)
+def test_huge_integers_are_input_errors_before_conversion(tmp_path: Path, field: str) -> None:
+    path = write(
+        tmp_path,
+        "big.yaml",
+        VALID.replace("accelerator: {type: t4}}", "accelerator: {type: t4}, " + field + "}"),
+    )
+    message = input_error("plan", "-f", path)
+    assert message.startswith(f"{path}:4:")
+    assert "64-bit" in message
+    assert "9999" not in message
+
+
+def test_an_integer_beyond_int64_is_refused_as_kubernetes_would(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "big.yaml", VALID.replace("{type: t4}}", "{type: t4}, replicas: 9223372036854775808}")
+    )
+    assert "64-bit range" in input_error("plan", "-f", path)
+
+
+def test_the_largest_int64_still_reaches_the_schema(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "big.yaml", VALID.replace("{type: t4}}", "{type: t4}, replicas: 9223372036854775807}")
+    )
+    assert "replicas" in input_error("plan", "-f", path)  # the schema's bound (<= 1000), not the reader's
+
+
+def test_dev_zero_is_refused_at_once(tmp_path: Path) -> None:
+    assert input_error("plan", "-f", "/dev/zero") == "/dev/zero: a device, not a file of manifests"
+    assert input_error("render", "-f", "/dev/urandom") == "/dev/urandom: a device, not a file of manifests"
+
+
+def test_a_file_above_the_size_cap_is_refused_before_parsing(tmp_path: Path) -> None:
+    padding = "#" * 1023 + "\n"
+    big = write(tmp_path, "big.yaml", VALID + padding * (MAX_INPUT_BYTES // 1024 + 1))
+    started = time.monotonic()
+    message = input_error("plan", "-f", big)
+    assert time.monotonic() - started < 2  # refused unread: a 26 MB file took 14 s to parse
+    assert message.startswith(f"{big}: larger than 8 MiB")
+    just_below = write(tmp_path, "ok.yaml", VALID + padding * (MAX_INPUT_BYTES // 1024 - 2))
+    code, _, err = run_cli("plan", "-f", just_below)
+    assert code == 0, err
+
+
+def test_stdin_above_the_size_cap_is_refused(repo: Path) -> None:
+    done = cli("plan", "-f", "-", stdin=VALID + "#" * (MAX_INPUT_BYTES + 1), cwd=repo)
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == "error: <stdin>: larger than 8 MiB, more than manifests or a node list hold (the API server takes 3 MiB a request); split it\n"
+    )

@@ -97,3 +97,53 @@ def test_the_command_answers_every_node_inventory_with_0_or_one_line_and_1(
     assert code in {0, 1}, err
     assert (out != "") == (code == 0)
     assert err.count("\n") == (code == 1)
+
+
+# Issue 24's edge inputs: integer literals of any length in any field, in any YAML spelling of an integer.
+_VALID = (
+    "apiVersion: serving.llama-operator.dev/v1alpha1\nkind: LlamaService\nmetadata: {name: chat}\n"
+    "spec: {model: {name: meta-llama/Llama-3.2-1B-Instruct}, accelerator: {type: t4, count: COUNT}, "
+    "replicas: REPLICAS, engine: {maxModelLen: LEN}}\n"
+)
+
+
+@st.composite
+def integer_literals(draw: st.DrawFn) -> str:
+    digits = draw(st.integers(1, 6_000))
+    spelling = draw(st.sampled_from(("{d}", "-{d}", "+{d}", "0x{h}", "0{o}", "{d}_0", "0b{b}")))
+    return spelling.format(d="9" * digits, h="f" * digits, o="7" * digits, b="1" * digits)
+
+
+@settings(FUZZ, max_examples=150)
+@given(
+    count=integer_literals(),
+    replicas=integer_literals(),
+    length=integer_literals(),
+    command=st.sampled_from(("plan", "render")),
+)
+def test_integers_of_any_length_answer_0_or_1(count: str, replicas: str, length: str, command: str) -> None:
+    text = _VALID.replace("COUNT", count).replace("REPLICAS", replicas).replace("LEN", length)
+    with tempfile.TemporaryDirectory() as folder:
+        manifest = Path(folder) / "manifest.yaml"
+        manifest.write_text(text)
+        code, _, err = run_cli(command, "-f", str(manifest))
+    assert code in {0, 1}, err
+    assert "internal error" not in err
+    if any(
+        len(n.replace("_", "").lstrip("+-")) > cli.MAX_INTEGER_CHARACTERS for n in (count, replicas, length)
+    ):
+        assert code == 1
+        assert "64-bit" in err
+
+
+@settings(FUZZ, max_examples=20)
+@given(size=st.sampled_from((cli.MAX_INPUT_BYTES + 1, cli.MAX_INPUT_BYTES * 3)), device=st.booleans())
+def test_oversized_inputs_and_devices_are_refused_with_one_line(size: int, device: bool) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        manifest = Path(folder) / "manifest.yaml"
+        manifest.write_bytes(b"#" * size)
+        path = "/dev/zero" if device else str(manifest)
+        code, out, err = run_cli("plan", "-f", path)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {path}: ")
