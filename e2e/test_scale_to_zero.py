@@ -16,6 +16,7 @@ The story, in order (each step starts from the state the last left):
    EndpointSlice goes (no extra hop in steady state); status shows the wake's latency;
 3. back at zero, both activators get requests at once: one scale-up (to 1), both answered;
 4. back at zero, the activator holding a request is killed: the client's retry on the other one is served;
+   one stopped with SIGTERM answers its held request 503 + Retry-After when its drain time runs out;
 5. back at zero, with activationTimeoutSeconds shorter than the cold start: a 503 with Retry-After;
 6. a LlamaService whose pods export no metrics (the fleet simulator stopped) never scales to zero.
 """
@@ -60,6 +61,8 @@ class ActivatorProcess:
     log_dir: Path
     upstream: str
     index: int
+    own_namespace: str = "default"  # where its demand Leases go (the operator reads them there)
+    drain_seconds: float = 2.0
     port: int = 0
     admin_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -87,6 +90,11 @@ class ActivatorProcess:
             "--listen-address=127.0.0.1",
             "--demand-interval=1",
             f"--upstream-override={self.upstream}",
+            f"--own-namespace={self.own_namespace}",
+            f"--drain-seconds={self.drain_seconds}",
+            # The test's client calls from the host, not from a pod: trusted, as a gateway would be, to
+            # address the service by Host (e2e/test_router_tenancy.py covers callers from pods).
+            "--trusted-source=127.0.0.1",
         ]
         env = {**os.environ, "KUBECONFIG": str(self.cluster.info.kubeconfig)}
         with self.log.open("wb") as out:
@@ -173,7 +181,7 @@ def held_now(activator: ActivatorProcess) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in activator.metrics().splitlines()
-        if line.startswith("llama_activator_held_requests{")
+        if line.startswith("llama_router_held_requests{")
     )
 
 
@@ -264,10 +272,15 @@ def fleet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="module")
 def activators(
-    cluster: Cluster, vllm_server: Any, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, vllm_server: Any, activator_namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[ActivatorProcess]]:
     log_dir = tmp_path_factory.mktemp("activators")
-    procs = [ActivatorProcess(cluster, log_dir, upstream=vllm_server.base_url, index=i) for i in range(2)]
+    procs = [
+        ActivatorProcess(
+            cluster, log_dir, upstream=vllm_server.base_url, index=i, own_namespace=activator_namespace
+        )
+        for i in range(2)
+    ]
     for proc in procs:
         proc.start()
     yield procs
@@ -387,7 +400,7 @@ def test_scale_to_zero_and_back(
 
     reported = eventually("status.autoscaling.lastActivationSeconds", activation_reported, 30)
     assert COLD_START_SECONDS <= reported["lastActivationSeconds"] <= answer.first_byte_seconds + 1
-    assert "llama_activator_activation_seconds_count" in activators[0].metrics()
+    assert "llama_router_activation_seconds_count" in activators[0].metrics()
 
     # 3. Back at zero: both activators get a request at once. One scale-up, both answered.
     wait_scaled_to_zero(cluster, ns)
@@ -412,7 +425,7 @@ def test_scale_to_zero_and_back(
     first.start()
     eventually(
         "the request held",
-        lambda: "llama_activator_held_requests{" in activators[0].metrics() and held_now(activators[0]) >= 1,
+        lambda: "llama_router_held_requests{" in activators[0].metrics() and held_now(activators[0]) >= 1,
         20,
         interval=0.2,
     )
@@ -421,6 +434,21 @@ def test_scale_to_zero_and_back(
     assert outcome and isinstance(outcome[0], Exception), f"the killed activator's client saw {outcome}"
     retried = chat(activators[1], ns)
     assert retried.status == 200, retried.body
+    activators[0].start()
+
+    # 4b. A replica stopped gracefully (SIGTERM, as a rollout or a drain stops it) answers what it still
+    #     holds when its drain time runs out with 503 + Retry-After, never a bare disconnect.
+    wait_scaled_to_zero(cluster, ns)
+    graceful: list[Answer | Exception] = []
+    held = threading.Thread(target=lambda: graceful.append(attempt(activators[0], ns)))
+    held.start()
+    eventually("the request held", lambda: held_now(activators[0]) >= 1, 20, interval=0.2)
+    activators[0].stop(signal.SIGTERM)
+    held.join(timeout=30)
+    assert graceful and isinstance(graceful[0], Answer), f"a draining router's client saw {graceful}"
+    assert graceful[0].status == 503 and graceful[0].headers.get("Retry-After") == "1", graceful[0]
+    assert "stopping" in graceful[0].body
+    assert chat(activators[1], ns).status == 200, "the retry on the other replica is served"
     activators[0].start()
 
     # 5. A request that waits longer than activationTimeoutSeconds gets a 503 with Retry-After.

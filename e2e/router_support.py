@@ -1,0 +1,224 @@
+"""The router as a child process, a recording upstream, and clients that call from a pod's address.
+
+Pods on the local cluster are kwok's: they have addresses (10.244.0.0/16) but no network. A test that must
+call the router *from a pod* adds that pod's address to the loopback interface (root only) and binds its
+client socket to it: the router then sees the pod's address as the TCP source, exactly as it would in a
+cluster."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from support import Cluster, eventually, free_port, wait_healthz
+
+
+@dataclass
+class RouterProcess:
+    """`llama-operator router` as a child process."""
+
+    cluster: Cluster
+    log_dir: Path
+    upstream: str
+    own_namespace: str
+    extra_args: list[str] = field(default_factory=list)
+    port: int = 0
+    admin_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log(self) -> Path:
+        return self.log_dir / f"router-{self.starts}.log"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def start(self) -> None:
+        self.starts += 1
+        self.port, self.admin_port = free_port(), free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "llama_operator",
+            "router",
+            f"--port={self.port}",
+            f"--admin-port={self.admin_port}",
+            "--listen-address=0.0.0.0",  # reachable from the pod addresses put on loopback
+            "--demand-interval=1",
+            f"--upstream-override={self.upstream}",
+            f"--own-namespace={self.own_namespace}",
+            *self.extra_args,
+        ]
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.info.kubeconfig)}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_healthz(
+            "the router", self.proc, f"http://127.0.0.1:{self.admin_port}/readyz", self.tail, timeout=60
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def tail(self, lines: int = 40) -> str:
+        return (
+            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+        )
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def rss_mib(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+
+class RecordingUpstream:
+    """An OpenAI-shaped upstream that records every request it gets (the router's only destination here,
+    through --upstream-override): what reached 'vLLM' is what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                outer.seen.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                out = b'data: {"choices": [{"text": "hi"}]}\n\ndata: [DONE]\n\n'
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def pod_ip(cluster: Cluster, name: str, namespace: str) -> str:
+    def running() -> str | None:
+        pod = cluster.get("pod", name, namespace) or {}
+        return (pod.get("status") or {}).get("podIP")
+
+    return eventually(f"pod {namespace}/{name} has an address", running, 60)
+
+
+def client_pod(cluster: Cluster, namespace: str, name: str = "client") -> str:
+    """A plain pod (kwok runs it on a CPU node) standing for an application's pod; its address."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "cpu-1"},
+            "containers": [{"name": "app", "image": "app"}],
+        },
+    }
+    assert cluster.apply(manifest, namespace).returncode == 0
+    return pod_ip(cluster, name, namespace)
+
+
+@contextmanager
+def on_loopback(*addresses: str) -> Iterator[None]:
+    """The addresses on `lo` for the duration (root): sockets can then be bound to them."""
+    added = []
+    try:
+        for address in addresses:
+            done = subprocess.run(
+                ["ip", "addr", "add", f"{address}/32", "dev", "lo"],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode == 0:
+                added.append(address)
+            elif "File exists" not in done.stderr:
+                raise RuntimeError(f"ip addr add {address}: {done.stderr}")
+        yield
+    finally:
+        for address in added:
+            subprocess.run(
+                ["ip", "addr", "del", f"{address}/32", "dev", "lo"], capture_output=True, check=False
+            )
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def call(
+    router: tuple[str, int],
+    *,
+    source: str,
+    method: str = "POST",
+    path: str = "/v1/chat/completions",
+    host: str = "llama-router.llama-system:8000",
+    headers: dict[str, str] | None = None,
+    body: bytes | dict[str, Any] | None = None,
+    timeout: float = 30,
+) -> Reply:
+    """One HTTP/1.1 request over a socket bound to `source` (a pod's address on loopback)."""
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    conn = http.client.HTTPConnection(router[0], router[1], timeout=timeout, source_address=(source, 0))
+    try:
+        sent = {"Host": host, **({"Content-Type": "application/json"} if isinstance(body, dict) else {})}
+        conn.request(method, path, body=data, headers={**sent, **(headers or {})})
+        response = conn.getresponse()
+        return Reply(response.status, dict(response.getheaders()), response.read())
+    finally:
+        conn.close()
+
+
+def raw_connection(router: tuple[str, int], source: str) -> socket.socket:
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(router)
+    return sock
