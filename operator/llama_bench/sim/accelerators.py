@@ -1,96 +1,70 @@
-"""Per-accelerator and per-model parameters of the simulated vLLM replica, with their sources.
+"""The simulated replica: the runtime's one model of the hardware, under the simulator's short names.
 
-The step-time model (design brief, "Simulator calibration"):
+An accelerator is a catalog type (`t4`, `a100-40gb`) or a type and one of its MIG profiles
+(`a100-80gb-1g.10gb`); a model is a short name of a catalog model (`llama-3.2-1b`). Everything else (the
+memory, bandwidth, FLOPS and price of catalog/accelerators.py, the step-time model of
+catalog/performance.py, the KV cache the planner sizes) is the operator's plan for that model on that
+hardware: the simulator runs what the operator would deploy, and the SLO policy's capacity prior is the
+plan's, as in the operator (status.plan.prefillTokensPerSecond). Nothing about the hardware is defined
+here (tests/catalog/test_one_hardware_model.py). A measured profile (sim.profile) replaces the estimate.
+
+The step-time model (catalog/performance.py, design brief "Simulator calibration"):
     t_step = t0 + (W + sum(ctx) * kv_bytes_per_token) / (eta * BW) + prefill_tokens * F / (mu * FLOPS)
-W the weight bytes, F the FLOPs per prefill token, eta the bandwidth efficiency, mu the compute
-efficiency, t0 a fixed per-step overhead.
-
-Sources: bandwidth and dense fp16 tensor FLOPS from NVIDIA's data sheets (a MIG slice gets 1/7 of
-the SMs per `g` and 1/8 of the memory bandwidth per memory slice, NVIDIA MIG user guide). eta, mu
-and t0 are ESTIMATES chosen so that batch-1 ITL and prefill throughput land in the design brief's
-estimated ranges (T4 10-14 ms / ~13k tok/s less without FlashAttention-2, A10G 6-8 ms / ~14k, ...);
-replace them by measurements when a GPU is available. KV-cache capacity is derived from memory at
-gpu_memory_utilization 0.9 less weights and 0.5 GB of activations, which reproduces the brief's
-"est. KV tokens at 0.9" column. Prices are AWS on-demand us-east-1 list prices per GPU-hour
-(g4dn.xlarge, g5.xlarge, g6.xlarge, p4d/p4de/p5 divided by 8 GPUs, a slice by 7 per `g`): ESTIMATES.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import cache
 
+from llama_operator.api.plan import Plan
+from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
+from llama_operator.catalog.accelerators import ACCELERATORS as CATALOG
+from llama_operator.planning.planner import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    PlanningConfig,
+    PlanningError,
+    plan_service,
+)
 
-@dataclass(frozen=True, slots=True)
-class Accelerator:
-    """One replica's device: a whole GPU or a MIG slice."""
-
-    name: str
-    memory_gb: float
-    bandwidth_gbps: float  # GB/s
-    fp16_tflops: float  # dense tensor-core peak
-    bandwidth_efficiency: float  # eta (estimate)
-    compute_efficiency: float  # mu (estimate)
-    step_overhead_seconds: float  # t0 (estimate)
-    price_per_hour: float  # USD (estimate)
-    max_num_batched_tokens: int = 2048  # vLLM V1's chunked-prefill budget below 70 GiB devices
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    """What the step-time model needs of a model, in fp16."""
-
-    name: str
-    weight_bytes: float
-    kv_bytes_per_token: float
-    prefill_flops_per_token: float  # ~2 x non-embedding parameters
-
-
-ACCELERATORS: dict[str, Accelerator] = {
-    a.name: a
-    for a in (
-        # T4: 320 GB/s, 65 TFLOPS fp16; no FlashAttention-2, hence the lower mu.
-        Accelerator("t4", 16, 320, 65, 0.8, 0.30, 0.0035, 0.526),
-        # A10G: 600 GB/s, ~70 TFLOPS fp16 dense (AWS variant of the A10).
-        Accelerator("a10g", 24, 600, 70, 0.85, 0.40, 0.0030, 1.006),
-        # L4: 300 GB/s, 121 TFLOPS fp16 dense.
-        Accelerator("l4", 24, 300, 121, 0.8, 0.30, 0.0035, 0.805),
-        Accelerator("a100-40gb", 40, 1555, 312, 0.8, 0.40, 0.0030, 4.10),
-        Accelerator("a100-40gb-1g.5gb", 5, 194, 312 / 7, 0.8, 0.40, 0.0035, 4.10 / 7),
-        Accelerator("a100-80gb-1g.10gb", 10, 255, 312 / 7, 0.8, 0.40, 0.0035, 5.12 / 7),
-        Accelerator("a100-80gb-2g.20gb", 20, 510, 2 * 312 / 7, 0.8, 0.40, 0.0035, 2 * 5.12 / 7),
-        Accelerator("a100-80gb-3g.40gb", 40, 1020, 3 * 312 / 7, 0.8, 0.40, 0.0030, 3 * 5.12 / 7),
-        Accelerator("h100-80gb-1g.10gb", 10, 420, 989 / 7, 0.8, 0.40, 0.0030, 12.29 / 7),
-    )
+# The simulator's model names and the catalog models they are (catalog/models.py).
+MODELS: dict[str, str] = {
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama-3.2-3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
 }
 
-MODELS: dict[str, ModelShape] = {
-    m.name: m
-    for m in (
-        # 16 layers x 8 KV heads x 64 dims x 2 (K, V) x 2 bytes = 32 KiB per token; 2.47 GB of weights.
-        ModelShape("llama-3.2-1b", 2.47e9, 32768, 1.95e9),
-        # 28 layers x 8 x 128 x 2 x 2 = 112 KiB per token; 3.21 B parameters.
-        ModelShape("llama-3.2-3b", 6.43e9, 114688, 5.6e9),
-        # 32 layers x 8 x 128 x 2 x 2 = 128 KiB per token; 8.03 B parameters.
-        ModelShape("llama-3.1-8b", 16.06e9, 131072, 15.0e9),
+# Every GPU of the catalog, whole and as each of its MIG slices.
+ACCELERATORS: tuple[str, ...] = tuple(
+    name
+    for accelerator in CATALOG.values()
+    if accelerator.is_gpu
+    for name in (
+        accelerator.type.value,
+        *(f"{accelerator.type.value}-{profile.name}" for profile in accelerator.mig_profiles),
     )
-}
+)
 
-ACTIVATION_RESERVE_BYTES = 0.5e9
-GPU_MEMORY_UTILIZATION = 0.9
+# vLLM's default --max-num-seqs: what a replica runs with when the scenario does not take the plan's.
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+
+_SLICE = re.compile(r"(?P<type>.+gb)-(?P<mig>\d+g\.\d+gb)")
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaProfile:
-    """Step-time coefficients of one model on one accelerator."""
+    """Step-time coefficients and limits of one model on one replica."""
 
-    accelerator: Accelerator
-    model: ModelShape
+    accelerator: str  # an ACCELERATORS name, or a measured profile's name
+    model: str  # a MODELS name, or the measured profile's model
     step_base_seconds: float  # t0 + W / (eta BW)
     seconds_per_context_token: float  # kv_bytes / (eta BW), per token of context read in a step
     seconds_per_prefill_token: float  # F / (mu FLOPS)
     kv_capacity_tokens: int
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    price_per_hour: float  # USD per replica-hour
+    max_num_seqs: int = VLLM_DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     # Measured profiles (sim.profile) only; zero for the data-sheet ones: the compute each decoding
     # sequence adds to a step (CPU, or a GPU at large batch), and the fixed latency a request sees
     # outside the engine (HTTP, tokenisation, detokenisation), added to its first and last token.
@@ -114,42 +88,39 @@ class ReplicaProfile:
         )
 
 
-def replica_profile(accelerator: str, model: str = "llama-3.2-1b", max_num_seqs: int = 256) -> ReplicaProfile:
-    """The simulated replica of `model` on `accelerator`; ValueError when unknown or too small."""
+def planned_engine(accelerator: str, model: str, autoscaling: AutoscalingSpec | None = None) -> Plan:
+    """The operator's plan for `model` on `accelerator` (simulator names); ValueError when a name is
+    unknown or the model does not fit."""
     if accelerator not in ACCELERATORS:
         raise ValueError(f"unknown accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
-    acc, shape = ACCELERATORS[accelerator], MODELS[model]
-    bandwidth = acc.bandwidth_gbps * 1e9 * acc.bandwidth_efficiency
-    kv_bytes = acc.memory_gb * 1e9 * GPU_MEMORY_UTILIZATION - shape.weight_bytes - ACTIVATION_RESERVE_BYTES
-    kv_tokens = int(kv_bytes / shape.kv_bytes_per_token)
-    flops = acc.fp16_tflops * 1e12 * acc.compute_efficiency
-    if kv_tokens < 2048:
-        raise ValueError(f"{model} does not fit on {accelerator} with room for a KV cache")
+    sliced = _SLICE.fullmatch(accelerator)
+    wanted = {"type": sliced["type"], "mig": sliced["mig"]} if sliced else {"type": accelerator}
+    spec: dict[str, object] = {"model": {"name": MODELS[model]}, "accelerator": wanted}
+    if autoscaling is not None:
+        spec["autoscaling"] = autoscaling.to_wire()
+    try:
+        return plan_service(LlamaServiceSpec.model_validate(spec), name="sim", config=PlanningConfig())
+    except PlanningError as err:
+        raise ValueError(f"{model} does not fit on {accelerator}: {err}") from None
+
+
+@cache
+def replica_profile(
+    accelerator: str, model: str = "llama-3.2-1b", max_num_seqs: int = VLLM_DEFAULT_MAX_NUM_SEQS
+) -> ReplicaProfile:
+    """The simulated replica of `model` on `accelerator`, as the operator plans it; ValueError when a
+    name is unknown or the model does not fit."""
+    plan = planned_engine(accelerator, model)
     return ReplicaProfile(
-        accelerator=acc,
-        model=shape,
-        step_base_seconds=acc.step_overhead_seconds + shape.weight_bytes / bandwidth,
-        seconds_per_context_token=shape.kv_bytes_per_token / bandwidth,
-        seconds_per_prefill_token=shape.prefill_flops_per_token / flops,
-        kv_capacity_tokens=kv_tokens,
+        accelerator=accelerator,
+        model=model,
+        step_base_seconds=plan.decode_step_seconds,
+        seconds_per_context_token=plan.decode_seconds_per_context_token,
+        seconds_per_prefill_token=plan.prefill_seconds_per_token,
+        kv_capacity_tokens=plan.kv_cache_tokens,
+        price_per_hour=plan.price_per_hour,
         max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=acc.max_num_batched_tokens,
+        max_num_batched_tokens=plan.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
     )
-
-
-# What an operator would believe before measuring: the design brief's "est. prefill tok/s" column.
-# The SLO policy starts from this and corrects it online; the simulator's true capacity differs.
-# L4 and the whole A100 are not in that table: theirs is the brief's formula at mu = 0.4 (F / (mu FLOPS)).
-PUBLISHED_PREFILL_TOKENS_PER_SECOND: dict[str, float] = {
-    "t4": 13_000,
-    "a10g": 14_000,
-    "l4": 24_800,
-    "a100-40gb": 64_000,
-    "a100-40gb-1g.5gb": 9_000,
-    "a100-80gb-1g.10gb": 9_000,
-    "a100-80gb-2g.20gb": 18_000,
-    "a100-80gb-3g.40gb": 27_000,
-    "h100-80gb-1g.10gb": 29_000,
-}

@@ -134,7 +134,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 def _hardware(scenario: Scenario) -> str:
     if scenario.measured is not None:
-        return f"{scenario.measured.accelerator.name} (measured profile)"
+        return f"{scenario.measured.accelerator} (measured profile)"
     return scenario.accelerator
 
 

@@ -339,7 +339,7 @@ def simulate(
         scaling_events=fleet.scaling_events,
         snapshots=view.snapshots,
         end_time=end,
-        price_per_hour=config.profile.accelerator.price_per_hour,
+        price_per_hour=config.profile.price_per_hour,
         held=fleet.held,
         dropped=fleet.dropped,
     )

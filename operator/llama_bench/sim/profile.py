@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llama_bench.sim.accelerators import MODELS, Accelerator, ModelShape, ReplicaProfile
+from llama_bench.sim.accelerators import MODELS, ReplicaProfile
 
 PROFILE_FORMAT = "llama-operator/accelerator-profile/v1"
 
@@ -93,21 +93,10 @@ class MeasuredProfile:
     def replica_profile(self) -> ReplicaProfile:
         """The simulator's replica with the fitted step times and the measured limits."""
         fitted = self.fit()
-        shape = MODELS.get(self.model_shape) or ModelShape(self.model, 0.0, 0.0, 0.0)
-        accelerator = Accelerator(
-            name=self.name,
-            memory_gb=0.0,
-            bandwidth_gbps=0.0,
-            fp16_tflops=0.0,
-            bandwidth_efficiency=0.0,
-            compute_efficiency=0.0,
-            step_overhead_seconds=fitted.base,
-            price_per_hour=self.price_per_hour,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-        )
         return ReplicaProfile(
-            accelerator=accelerator,
-            model=shape,
+            accelerator=self.name,
+            model=self.model_shape or self.model,
+            price_per_hour=self.price_per_hour,
             step_base_seconds=fitted.base,
             seconds_per_context_token=fitted.per_context_token,
             seconds_per_prefill_token=fitted.per_prefill_token,

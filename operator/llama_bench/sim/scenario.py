@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from llama_bench.sim.accelerators import (
-    PUBLISHED_PREFILL_TOKENS_PER_SECOND,
-    ReplicaProfile,
-    replica_profile,
-)
+from llama_bench.sim.accelerators import ReplicaProfile, planned_engine, replica_profile
 from llama_bench.sim.fleet import FleetConfig, SimPolicy, SimulationResult, simulate
 from llama_bench.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_schedule, reactive_schedule
 from llama_bench.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
 from llama_bench.sim.report import RunSummary, summarize
 from llama_bench.sim.trace import Trace
 from llama_operator.api.plan import Plan
-from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec, SLOSpec
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 
 BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive")
 TUNED_POLICIES = ("hpa-tuned", "keda-tuned", "kpa-tuned")
@@ -133,27 +127,6 @@ class Scenario:
         )
 
 
-def planned_engine(accelerator: str, model: str, spec: AutoscalingSpec) -> Plan:
-    """The planner's plan for the simulator's `model` on its `accelerator` (names as in sim.accelerators)."""
-    sliced = re.fullmatch(r"(?P<type>.+gb)-(?P<mig>\d+g\.\d+gb)", accelerator)
-    accel = {"type": sliced["type"], "mig": sliced["mig"]} if sliced else {"type": accelerator}
-    service = LlamaServiceSpec.model_validate(
-        {
-            "model": {"name": SIM_MODEL_HUB_IDS[model]},
-            "accelerator": accel,
-            "autoscaling": spec.to_wire(),
-        }
-    )
-    return plan_service(service, name="sim", config=PlanningConfig())
-
-
-SIM_MODEL_HUB_IDS = {
-    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "llama-3.2-3b": "meta-llama/Llama-3.2-3B-Instruct",
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-}
-
-
 class ScenarioRunner:
     """Runs policies on one trace in one scenario; computes the oracle's schedule once."""
 
@@ -183,15 +156,15 @@ class ScenarioRunner:
         if self.scenario.scale_to_zero and name != "slo":
             raise ValueError(f"scale to zero is an option of policy slo, not of {name}")
         if name == "slo":
-            if self.scenario.measured is not None:
-                prior: float | None = self.scenario.measured.prefill_tokens_per_second
-            else:
-                prior = PUBLISHED_PREFILL_TOKENS_PER_SECOND.get(self.scenario.accelerator)
+            # The prior is what the operator's plan says of the engine the replicas run
+            # (status.plan.prefillTokensPerSecond: the step-time model at the engine's chunk), from the
+            # same catalog and step-time model as the replicas; a measured replica's is its own.
             plan = self.scenario.plan() if self.scenario.slo_tpot_seconds is not None else None
-            if plan is not None:
-                # The replicas run the planner's engine (its chunk): the prior is the plan's, as in the
-                # operator (status.plan.prefillTokensPerSecond).
-                prior = plan.prefill_tokens_per_second
+            prior = (
+                plan.prefill_tokens_per_second
+                if plan is not None
+                else self.config.profile.prefill_tokens_per_second
+            )
             after = self.scenario.scale_to_zero_after_seconds
             label = "slo" if after is None else f"slo+zero(after={after}s)"
             return SloPolicy(spec, capacity_prior=prior, plan=plan, name=label)

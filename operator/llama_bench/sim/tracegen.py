@@ -210,7 +210,8 @@ MIN = 60.0
 CHAT = Lengths("lognormal", 900, 0.8)
 CHAT_OUT = Lengths("lognormal", 150, 0.9, high=2048)
 # The development family: shapes the bundled Azure traces lack, at loads of a few to ~15 T4 replicas
-# of Llama 3.2 1B (prefill ~13k tokens/s each). Fixed seeds; 30-60 minutes each.
+# of Llama 3.2 1B (prefill ~10k tokens/s each: the catalog's step-time model; the family was drawn when the
+# simulator assumed ~13k). Fixed seeds; 30-60 minutes each.
 DEV_FAMILY: tuple[TraceSpec, ...] = (
     TraceSpec("poisson-steady", 101, 40, 6.0, CHAT, CHAT_OUT, description="Poisson, constant rate"),
     TraceSpec(

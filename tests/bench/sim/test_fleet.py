@@ -117,7 +117,7 @@ def test_summary_measures(small_trace: Trace) -> None:
     assert 0.0 <= summary.requests_within_slo <= 1.0
     assert summary.ttft_p50 <= summary.ttft_p95 <= summary.ttft_p99
     assert summary.replica_changes_per_hour == 0.0
-    assert summary.cost == pytest.approx(summary.gpu_hours * T4.accelerator.price_per_hour)
+    assert summary.cost == pytest.approx(summary.gpu_hours * T4.price_per_hour)
 
 
 def test_flaps_are_ups_followed_by_downs_within_five_minutes() -> None:
@@ -128,9 +128,9 @@ def test_flaps_are_ups_followed_by_downs_within_five_minutes() -> None:
 def test_every_accelerator_has_a_plausible_profile(accelerator: str) -> None:
     profile = replica_profile(accelerator)
     assert 0.003 < profile.step_base_seconds < 0.03  # batch-1 decode step, ms range of the brief
-    assert 5_000 < profile.prefill_tokens_per_second < 100_000
+    assert 5_000 < profile.prefill_tokens_per_second < 200_000
     assert profile.kv_capacity_tokens > 10_000
-    assert math.isfinite(profile.accelerator.price_per_hour)
+    assert math.isfinite(profile.price_per_hour)
 
 
 def test_a_model_that_does_not_fit_is_refused() -> None:

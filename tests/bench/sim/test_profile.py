@@ -78,7 +78,7 @@ def test_round_trip_and_the_replica_it_gives(tmp_path: Path) -> None:
     replica = loaded.replica_profile()
     assert replica.max_num_seqs == 8 and replica.max_num_batched_tokens == CHUNK
     assert replica.kv_capacity_tokens == 100_000
-    assert replica.accelerator.price_per_hour == 0.5
+    assert replica.price_per_hour == 0.5
     assert replica.step_seconds(4, 4000, 100) == pytest.approx(
         TRUE.base + 4 * TRUE.per_sequence + 4000 * TRUE.per_context_token + 100 * TRUE.per_prefill_token
     )

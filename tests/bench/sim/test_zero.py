@@ -156,23 +156,23 @@ def test_report_compares_the_same_trace_without_scale_to_zero() -> None:
 
 
 # Policy slo on a small trace with a 10-minute idle gap, with the option off (re-measured whenever the
-# policy or the simulator's start changes, last for the warm start and the window tail share): the
+# policy or the simulator's start changes, last for the single hardware model, docs/bench/hardware-model.md): the
 # scale-to-zero option, off, must not move a digit.
 BEFORE = {
     "policy": "slo",
     "trace": "gap",
-    "requests_within_slo": 0.9876237623762376,
-    "windows_within_slo": 0.9090909090909091,
-    "gpu_hours": 0.5880101323445848,
-    "cost": 0.3092933296132516,
-    "replica_changes_per_hour": 5.9829573554146505,
+    "requests_within_slo": 1.0,
+    "windows_within_slo": 1.0,
+    "gpu_hours": 0.8127360247808801,
+    "cost": 0.42749914903474295,
+    "replica_changes_per_hour": 8.972957278395643,
     "flaps": 0,
-    "ttft_p50": 0.21769093781348658,
-    "ttft_p95": 0.5799151122888146,
-    "ttft_p99": 1.0441785811511395,
-    "peak_replicas": 2,
-    "tpot_p50": 0.0210232181640932,
-    "tpot_p95": 0.06172602833635911,
+    "ttft_p50": 0.19445327366421594,
+    "ttft_p95": 0.4319760158833535,
+    "ttft_p99": 0.5744299769213285,
+    "peak_replicas": 3,
+    "tpot_p50": 0.021275324693181507,
+    "tpot_p95": 0.030672212349953206,
     "requests_within_tpot_slo": None,
     "windows_within_tpot_slo": None,
 }
