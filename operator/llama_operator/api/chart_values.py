@@ -326,6 +326,43 @@ class ActivatorValues(ValuesModel):
     ] = Field(default_factory=NetworkPolicyValues)
 
 
+class AdmissionPolicyValues(ValuesModel):
+    """A ValidatingAdmissionPolicy that refuses changes to the objects the operator controls (the Deployment,
+    Service, PodDisruptionBudget, PodMonitor and EndpointSlices of each LlamaService) by anyone but the
+    operator and Kubernetes' own controllers, so that a hand edit never reaches a pod."""
+
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Install the policy and its binding (Kubernetes 1.30 or newer: admissionregistration/v1)."
+        ),
+    ] = False
+    validation_actions: Annotated[
+        list[Literal["Deny", "Warn", "Audit"]],
+        Field(
+            description="What a refused change gets: Deny, or [Warn, Audit] to try the policy out first.",
+            min_length=1,
+        ),
+    ] = Field(default_factory=lambda: ["Deny"])
+    exempt_usernames: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        Field(description="Further users allowed to change owned objects (e.g. a GitOps controller)."),
+    ] = Field(default_factory=list)
+    exempt_groups: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        Field(
+            description="Groups allowed to change owned objects (a break-glass group; not system:masters by default)."
+        ),
+    ] = Field(default_factory=list)
+    namespace_selector: Annotated[
+        KubeObject,
+        Field(
+            description="The namespaces the policy applies in (a label selector). Empty: the watched namespaces "
+            "when watchNamespaces lists them, else every namespace."
+        ),
+    ] = Field(default_factory=dict)
+
+
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
@@ -432,6 +469,7 @@ class ChartValues(ValuesModel):
     grafana: GrafanaValues = Field(default_factory=GrafanaValues)
     prometheus_rule: PrometheusRuleValues = Field(default_factory=PrometheusRuleValues)
     activator: ActivatorValues = Field(default_factory=ActivatorValues)
+    admission_policy: AdmissionPolicyValues = Field(default_factory=AdmissionPolicyValues)
 
 
 def values_schema() -> dict[str, Any]:

@@ -1,0 +1,218 @@
+"""The chart's optional ValidatingAdmissionPolicy (admissionPolicy.enabled) on the local cluster: a tenant
+who may edit Deployments in its namespace cannot change, delete or adopt an object a LlamaService controls;
+the operator's ServiceAccount and Kubernetes' own controllers (the garbage collector) can; objects no
+LlamaService controls are untouched by it.
+
+The policy is rendered from the chart as `helm install` would render it, for a release in the test's own
+namespace, and bound to that namespace only (its label), so that other tests' operators are not affected."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from support import GROUP, Cluster, eventually, llamaservice_manifest, repo_root
+
+pytestmark = pytest.mark.e2e
+
+TENANT = "tenant-alice"
+REFUSED = "is controlled by a LlamaService"
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    operator_user: str  # the chart's operator ServiceAccount, as a username
+    owner: dict[str, Any]  # the LlamaService the owned objects point at
+
+
+def _render_policy(cluster: Cluster, release: str, namespace: str, label: str) -> list[dict[str, Any]]:
+    done = cluster.helm(
+        "template",
+        release,
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        namespace,
+        "--set",
+        "admissionPolicy.enabled=true",
+        "--set",
+        f"admissionPolicy.namespaceSelector.matchLabels.e2e-admission-policy={label}",
+        "--show-only",
+        "templates/admission-policy.yaml",
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _deployment(name: str, owner: dict[str, Any] | None, image: str = "registry.example.com/app:1") -> str:
+    meta: dict[str, Any] = {"name": name, "labels": {"app": name}}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": f"{GROUP}/v1alpha1",
+                "kind": "LlamaService",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": image}]},
+                },
+            },
+        }
+    )
+
+
+def _as(cluster: Cluster, user: str, *args: str, input_text: str | None = None) -> tuple[int, str]:
+    done = cluster.kubectl(f"--as={user}", *args, input_text=input_text, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture
+def policy(cluster: Cluster, namespace: str) -> Iterator[Policy]:
+    label = uuid.uuid4().hex[:8]
+    release = f"vap-{label}"
+    cluster.kubectl("label", "namespace", namespace, f"e2e-admission-policy={label}")
+    objects = _render_policy(cluster, release, namespace, label)
+    assert [o["kind"] for o in objects] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    operator_user = f"system:serviceaccount:{namespace}:{release}-llama-operator"
+    # The tenant and the operator may both edit Deployments here (RBAC allows it); only the policy tells them
+    # apart.
+    for subject, user in (("tenant", TENANT), ("operator", operator_user)):
+        cluster.kubectl(
+            "create",
+            "rolebinding",
+            f"{subject}-edit",
+            "-n",
+            namespace,
+            "--clusterrole=edit",
+            f"--user={user}",
+        )
+    cluster.apply(llamaservice_manifest("owner"), namespace)
+    owner = eventually("the LlamaService", lambda: cluster.llamaservice("owner", namespace))
+    for obj in objects:
+        cluster.kubectl("apply", "-f", "-", input_text=json.dumps(obj))
+    yield Policy(namespace=namespace, operator_user=operator_user, owner=owner)
+    for obj in reversed(objects):
+        cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+def test_a_tenant_cannot_change_an_owned_object_and_the_operator_can(
+    cluster: Cluster, policy: Policy
+) -> None:
+    ns = policy.namespace
+    code, out = _as(
+        cluster,
+        policy.operator_user,
+        "create",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        input_text=_deployment("owned", policy.owner),
+    )
+    assert code == 0, out
+
+    def tenant_refused() -> str | None:
+        # The policy takes effect within a few seconds of its creation (the API server's informer).
+        code, out = _as(
+            cluster, TENANT, "set", "image", "-n", ns, "deployment/owned", "c=evil.example.com/x:1"
+        )
+        return out if code != 0 and REFUSED in out else None
+
+    message = eventually("the tenant's image edit refused", tenant_refused, timeout=60)
+    assert "change the LlamaService instead" in message
+    assert TENANT in message
+    deployment = cluster.get("deployment", "owned", ns) or {}
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example.com/app:1"
+    assert deployment["metadata"]["generation"] == 1  # no rollout started
+
+    # Nor may the tenant delete it, or drop the LlamaService's ownerReference to take it over.
+    code, out = _as(cluster, TENANT, "delete", "-n", ns, "deployment/owned")
+    assert code != 0 and REFUSED in out, out
+    code, out = _as(
+        cluster,
+        TENANT,
+        "patch",
+        "-n",
+        ns,
+        "deployment/owned",
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
+    )
+    assert code != 0 and REFUSED in out, out
+    # Nor create an object that claims to be the LlamaService's.
+    code, out = _as(
+        cluster, TENANT, "create", "-n", ns, "-f", "-", input_text=_deployment("fake", policy.owner)
+    )
+    assert code != 0 and REFUSED in out, out
+
+    # The operator's ServiceAccount may (its drift repair and rollouts are its job).
+    code, out = _as(
+        cluster,
+        policy.operator_user,
+        "set",
+        "image",
+        "-n",
+        ns,
+        "deployment/owned",
+        "c=registry.example.com/app:2",
+    )
+    assert code == 0, out
+
+
+def test_objects_no_llamaservice_controls_are_not_the_policys(cluster: Cluster, policy: Policy) -> None:
+    ns = policy.namespace
+    code, out = _as(cluster, TENANT, "create", "-n", ns, "-f", "-", input_text=_deployment("mine", None))
+    assert code == 0, out
+    code, out = _as(
+        cluster, TENANT, "set", "image", "-n", ns, "deployment/mine", "c=registry.example.com/app:2"
+    )
+    assert code == 0, out
+    code, out = _as(cluster, TENANT, "delete", "-n", ns, "deployment/mine")
+    assert code == 0, out
+
+
+def test_kubernetes_controllers_still_act_on_owned_objects(cluster: Cluster, policy: Policy) -> None:
+    """The garbage collector (a kube-system ServiceAccount) deletes the owned Deployment with its owner."""
+    ns = policy.namespace
+    code, out = _as(
+        cluster,
+        policy.operator_user,
+        "create",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        input_text=_deployment("owned", policy.owner),
+    )
+    assert code == 0, out
+    eventually(
+        "the policy in force",
+        lambda: (
+            REFUSED in _as(cluster, TENANT, "delete", "-n", ns, "deployment/owned", "--dry-run=server")[1]
+        ),
+    )
+    cluster.kubectl("delete", f"llamaservices.{GROUP}", "owner", "-n", ns, "--wait=false")
+    eventually(
+        "the garbage collector deleting the owned Deployment",
+        lambda: cluster.get("deployment", "owned", ns) is None,
+    )
