@@ -48,7 +48,7 @@ def test_every_kind_only_watched_for_our_objects_is_selected() -> None:
 
 
 class NoKube:
-    """No API server is needed to read the settings (podMonitor: never asks it nothing)."""
+    """No API server is needed to read the settings (podMonitor and inferencePool never ask it anything)."""
 
 
 def test_the_startup_settings_select_and_chunk(monkeypatch: Any) -> None:
@@ -57,6 +57,7 @@ def test_the_startup_settings_select_and_chunk(monkeypatch: Any) -> None:
     monkeypatch.setattr("llama_operator.handlers.startup.load_kube_config", lambda: None)
     monkeypatch.setattr("llama_operator.handlers.startup.Kube", NoKube)
     monkeypatch.setenv("LLAMA_OPERATOR_POD_MONITOR", "never")
+    monkeypatch.setenv("LLAMA_OPERATOR_INFERENCE_POOL", "never")
     # kopf's decorator types it as an activity handler, which kopf calls with more keywords.
     cast("Any", configure)(settings=settings, memo=memo, logger=logging.getLogger("test"))
     assert settings.watching.label_selectors.collect(resource("", "v1", "pods")) == [SERVICE_LABEL]

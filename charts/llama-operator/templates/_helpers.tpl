@@ -61,6 +61,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# An InferencePool per LlamaService when the Gateway API Inference Extension's CRD is served.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, list, watch, create, patch, update, delete]
 # The router's demand Leases (its own namespace; it has no write access to LlamaServices): copied onto them.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]

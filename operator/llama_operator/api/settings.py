@@ -295,6 +295,29 @@ class Settings(BaseModel):
     activator_namespace: Annotated[
         str, Field(description="Namespace of the activator's Service (the chart's release namespace).")
     ] = "default"
+    inference_pool: Annotated[
+        Literal["auto", "never"],
+        Field(
+            description="An InferencePool (inference.networking.k8s.io/v1, Gateway API Inference Extension) per "
+            "LlamaService: auto creates one whenever that CRD is served (checked at start-up), never does not."
+        ),
+    ] = "auto"
+    inference_pool_endpoint_picker: Annotated[
+        str | None,
+        Field(
+            description="The Service of the endpoint picker (in each LlamaService's namespace) that every "
+            "InferencePool names in spec.endpointPickerRef; unset: no endpointPickerRef.",
+            min_length=1,
+            max_length=253,
+        ),
+    ] = None
+    inference_pool_endpoint_picker_port: Annotated[
+        int, Field(description="The endpoint picker Service's ext_proc port.", ge=1, le=65535)
+    ] = 9002
+    inference_pool_failure_mode: Annotated[
+        Literal["FailOpen", "FailClose"],
+        Field(description="endpointPickerRef.failureMode: what the gateway does when the picker is down."),
+    ] = "FailClose"
     health_port: Annotated[
         int, Field(description="Port of /healthz and /readyz (0: off).", ge=0, le=65535)
     ] = 8080

@@ -135,6 +135,13 @@ def pod_monitor_index(
     return _owned(body, namespace, name)
 
 
+@kopf.index("inference.networking.k8s.io", "v1", "inferencepools", labels={SERVICE_LABEL: kopf.PRESENT})
+def inference_pool_index(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[ObjectKey, dict[str, Any]]:
+    return _owned(body, namespace, name)
+
+
 ACTIVATOR_ENDPOINTS = "ActivatorEndpoints"
 
 

@@ -43,6 +43,7 @@ class Indexes:
     pdbs: kopf.Index[ObjectKey, dict[str, Any]]
     pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
     endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
+    inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
 
     def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if kind == "Deployment":
@@ -50,11 +51,12 @@ class Indexes:
                 (d for d in self.deployments.get((namespace, name), []) if d["metadata"]["name"] == name),
                 None,
             )
-        index = {
+        index: Mapping[ObjectKey, Any] = {
             "Service": self.services,
             "PodDisruptionBudget": self.pdbs,
             "PodMonitor": self.pod_monitors,
             "EndpointSlice": self.endpoint_slices,
+            "InferencePool": self.inference_pools or {},
         }[kind]
         return next(iter(index.get((kind, namespace, name), [])), None)
 
@@ -80,6 +82,7 @@ def compute_outcome(
         now=datetime.now(UTC),
         activator=activator_route(indexes.endpoint_slices),
         ready_replicas=int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0),
+        inference_pool=bool(getattr(memo, "inference_pool", False)),
     )
 
 

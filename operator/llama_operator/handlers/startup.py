@@ -31,6 +31,7 @@ LABELLED_KINDS: tuple[tuple[str, str, str], ...] = (
     ("", "v1", "services"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("monitoring.coreos.com", "v1", "podmonitors"),
+    ("inference.networking.k8s.io", "v1", "inferencepools"),
 )
 TRACEMALLOC_ENV = "LLAMA_OPERATOR_TRACEMALLOC_FILE"  # a path; "{pid}" in it is replaced
 _ROUTINE = re.compile(r"^(Handler|Indexer|Timer) '[^']*' succeeded\.$")
@@ -92,7 +93,15 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
         PrometheusConnection.from_settings(memo.settings),
         SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
     )
-    logger.info("settings: %s; PodMonitor: %s", memo.settings.model_dump(), memo.pod_monitor)
+    memo.inference_pool = memo.settings.inference_pool == "auto" and memo.kube.has_kind(
+        "inference.networking.k8s.io/v1", "InferencePool"
+    )
+    logger.info(
+        "settings: %s; PodMonitor: %s; InferencePool: %s",
+        memo.settings.model_dump(),
+        memo.pod_monitor,
+        memo.inference_pool,
+    )
 
 
 # Registered after `configure` (kopf runs startup handlers in order): the controller needs the settings.
@@ -107,6 +116,7 @@ async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any)
         pdbs=kwargs["pdb_index"],
         pod_monitors=kwargs["pod_monitor_index"],
         endpoint_slices=kwargs["endpoint_slice_index"],
+        inference_pools=kwargs["inference_pool_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings

@@ -13,6 +13,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
+from llama_operator.desired.inference_pool import build_inference_pool
 from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
@@ -74,6 +75,7 @@ def reconcile(
     now: datetime,
     activator: ActivatorRoute | None = None,
     ready_replicas: int = 0,
+    inference_pool: bool = False,
 ) -> ReconcileOutcome:
     """Decide the objects and the status for a LlamaService as the API server holds it. `activator`: where
     a scaled-to-zero LlamaService's traffic goes while none of its `ready_replicas` serves."""
@@ -110,6 +112,8 @@ def reconcile(
     desired = build_desired_state(
         svc, plan, settings, pod_monitor=pod_monitor, activator=activator, ready_replicas=ready_replicas
     )
+    if inference_pool:  # the Gateway API Inference Extension's CRD is served: gateways route to this pool
+        desired.objects.append(build_inference_pool(svc, settings))
     conditions = set_conditions(
         conditions,
         [(ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}")],
