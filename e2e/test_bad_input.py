@@ -146,3 +146,114 @@ def test_invalid_input_is_never_silent(cluster: Cluster, operator: OperatorProce
         f"\n{len(cases)} invalid LlamaServices: {len(cases) - len(accepted)} refused at admission, "
         f"{len(accepted)} reported Degraded with an Event ({', '.join(accepted)})"
     )
+
+
+# Issue 24, through the operator: what the flag contract's second pass refuses is Degraded with a message that
+# names the setting or the reason and never quotes the refused text (a token in the wrong place stays out of
+# status, Events and the operator's log), and a model field starting with '-' is refused at `kubectl apply`.
+TOKEN = "hf_Issue24LeakedTokenAbCdEfGhIjKlMnOp"
+ARCHITECTURE = {"layers": 16, "kvHeads": 8, "headDim": 64, "parameters": 1_235_814_400, "maxContext": 131072}
+SECOND_PASS: list[tuple[str, dict[str, Any], str]] = [
+    ("code-middleware", extra("--middleware", "os.system"), "config.allowedCodeLoadingFlags"),
+    (
+        "code-plugin-on-cache",
+        extra("--tool-parser-plugin", "/models/evil.py"),
+        "config.allowedCodeLoadingFlags",
+    ),
+    (
+        "code-kv-connector",
+        extra("--kv-transfer-config", '{"kv_connector": "x", "kv_connector_module_path": "evil"}'),
+        "config.allowedCodeLoadingFlags",
+    ),
+    ("trust-remote-code", spec(model={**MODEL, "trustRemoteCode": True}), "config.allowTrustRemoteCode"),
+    ("trust-remote-code-flag", extra("--trust-remote-code"), "spec.model.trustRemoteCode"),
+    ("tls-keyfile", extra("--ssl-keyfile", "/models/key.pem"), "plain HTTP"),
+    ("headless", extra("--headless"), "no API server"),
+    ("multi-node", extra("-n", "2", "-r", "1"), "multi-node"),
+    ("header-count", extra("--h11-max-header-count", "1"), "probes"),
+    ("local-media", extra("--allowed-local-media-path", "/"), "read files of the pod"),
+    (
+        "hf-overrides-fp8-t4",
+        {
+            "model": MODEL,
+            "accelerator": {"type": "t4"},
+            "engine": {"extraArgs": ["--hf-overrides", '{"quantization_config": {"quant_method": "fp8"}}']},
+        },
+        "spec.engine.quantization",
+    ),
+    ("secret-after-a-switch", extra("--enforce-eager", TOKEN), "is not a flag"),
+    ("secret-as-a-number", extra("--max-num-batched-tokens", TOKEN), "credential"),
+    (
+        "secret-in-a-url",
+        extra("--otlp-traces-endpoint", f"http://user:{TOKEN}@collector:4317"),
+        "credentials",
+    ),
+    (
+        "secret-json-key",
+        extra(
+            "--kv-transfer-config",
+            json.dumps({"kv_connector_extra_config": {"credentials": "Issue24Leaked"}}),
+        ),
+        "named like a secret",
+    ),
+]
+DASH_FIELDS: list[tuple[str, dict[str, Any], str]] = [
+    ("dash-name", {"model": {"name": "-O3", "architecture": ARCHITECTURE}}, "spec.model.name"),
+    ("dash-revision", spec(model={**MODEL, "revision": "--port=9000"}), "spec.model.revision"),
+    ("dash-served-name", spec(model={**MODEL, "servedName": "--port=9000"}), "spec.model.servedName"),
+]
+
+
+def test_second_pass_refusals_name_the_setting_and_quote_nothing(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    for name, body, field in DASH_FIELDS:
+        done = cluster.kubectl(
+            "apply", "-n", namespace, "-f", "-", input_text=manifest(name, body), check=False
+        )
+        assert done.returncode != 0, f"{name} passed admission"
+        assert field in done.stderr, f"{name}: {done.stderr}"
+    accepted: dict[str, str] = {}
+    for name, body, reason in SECOND_PASS:
+        done = cluster.kubectl(
+            "apply", "-n", namespace, "-f", "-", input_text=manifest(name, body), check=False
+        )
+        if done.returncode == 0:
+            accepted[name] = reason
+        else:  # refused at admission: never stored at all
+            assert TOKEN not in done.stderr, f"{name}: {done.stderr}"
+
+    def reported() -> dict[str, str] | None:
+        messages = {}
+        for name in accepted:
+            cond = cluster.condition(name, namespace, "Degraded")
+            if not (cond and cond["status"] == "True"):
+                return None
+            messages[name] = cond["message"]
+        return messages
+
+    deadline = time.monotonic() + 60
+    messages = reported()
+    while messages is None and time.monotonic() < deadline:
+        time.sleep(2)
+        messages = reported()
+    assert messages is not None, f"not all Degraded: {sorted(accepted)}\n{operator.tail()}"
+    wrong = {n: m for n, m in messages.items() if accepted[n] not in m}
+    assert not wrong, f"Degraded without the setting or reason: {wrong}"
+    deployments = {d["metadata"]["name"] for d in cluster.list_objects("deployments", namespace)}
+    assert not deployments & set(accepted), f"Deployments made: {deployments & set(accepted)}"
+    # The token reached no status, no Event and no log line.
+    for svc in json.loads(
+        cluster.kubectl("get", f"llamaservices.{GROUP}", "-n", namespace, "-o", "json").stdout
+    )["items"]:
+        assert TOKEN not in json.dumps(svc.get("status") or {}), svc["metadata"]["name"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert TOKEN not in events
+    # The operator's own lines (the e2e operator runs --verbose, where the Kubernetes client logs whole
+    # response bodies, the stored spec included: production logs at INFO have none of those).
+    own = [
+        line
+        for line in operator.log.read_text().splitlines()
+        if "Issue24Leaked" in line and "response body:" not in line
+    ]
+    assert not own, own[:3]
