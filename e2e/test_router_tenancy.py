@@ -194,7 +194,7 @@ def test_hand_made_endpoint_slices_attract_nothing(
     upstream: RecordingUpstream,
 ) -> None:
     """A tenant (or anyone who can write EndpointSlices) labels slices as the endpointslice controller's for a
-    LlamaService that has no ready pod: an FQDN slice naming localhost, and an IP slice with no pod behind
+    LlamaService that has no ready pod: an FQDN slice naming localhost.localdomain, and an IP slice with no pod behind
     its address. The router holds the request (then 503) instead of sending it anywhere."""
     b = spaces["b"]
     ip_b = client_pod(cluster, b, "client-2")
@@ -203,7 +203,7 @@ def test_hand_made_endpoint_slices_attract_nothing(
         "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
     }
     for name, address_type, address, ref in (
-        ("fake-fqdn", "FQDN", "localhost", None),
+        ("fake-fqdn", "FQDN", "localhost.localdomain", None),
         ("fake-ip", "IPv4", "10.244.250.250", {"kind": "Pod", "name": "no-such-pod", "namespace": b}),
         ("fake-client", "IPv4", ip_b, {"kind": "Pod", "name": "client-2", "namespace": b}),  # not a vLLM pod
     ):
