@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from llama_operator.api.resource import parse_spec
+from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.reconcile.drift import Repair, merge_patch_changes, repair_needed, spec_managers
 from llama_operator.reconcile.execution import Event
-from llama_operator.reconcile.replicas import ignored_replicas_event
+from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
 
 OURS = frozenset({"llama-operator", "llama-operator-autoscaler"})
 
@@ -71,7 +73,14 @@ def test_merge_patch_changes() -> None:
     assert merge_patch_changes({"new": 1}, current)
 
 
-AUTOSCALED = {"replicas": 5, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}}
+MODEL = {"name": "meta-llama/Llama-3.2-1B-Instruct"}
+
+
+def spec(**fields: Any) -> LlamaServiceSpec:
+    return parse_spec({"model": MODEL, **fields})
+
+
+AUTOSCALED = spec(replicas=5, autoscaling={"minReplicas": 1, "maxReplicas": 3})
 
 
 def test_kubectl_scale_on_an_autoscaled_service_is_reported_once() -> None:
@@ -80,6 +89,25 @@ def test_kubectl_scale_on_an_autoscaled_service_is_reported_once() -> None:
     assert "spec.replicas=5 is ignored" in event.message and "maxReplicas (3)" in event.message
     assert ignored_replicas_event(AUTOSCALED, {"specReplicas": 5}) is None  # already reported
     assert ignored_replicas_event(AUTOSCALED, {}) is None  # first sight: nothing changed
-    fixed = {"replicas": 5, "autoscaling": {"enabled": False}}
+    fixed = spec(replicas=5, autoscaling={"enabled": False})
     assert ignored_replicas_event(fixed, {"specReplicas": 1}) is None
-    assert ignored_replicas_event({"replicas": 5}, {"specReplicas": 1}) is None
+    assert ignored_replicas_event(spec(replicas=5), {"specReplicas": 1}) is None
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "replicas", "outside"),
+    [
+        ({"minReplicas": 1, "maxReplicas": 3}, 50, True),  # kubectl scale past maxReplicas
+        ({"minReplicas": 2, "maxReplicas": 3}, 1, True),
+        ({"minReplicas": 1, "maxReplicas": 3}, 0, True),  # zero only for a service that scales to zero
+        ({"minReplicas": 0, "maxReplicas": 3}, 0, False),
+        ({"minReplicas": 1, "maxReplicas": 3}, 3, False),
+        ({"enabled": False, "maxReplicas": 3}, 50, False),  # spec.replicas fixes the count
+    ],
+)
+def test_a_hand_scale_past_the_bounds_is_noticed(
+    autoscaling: dict[str, Any], replicas: int, outside: bool
+) -> None:
+    deployment = {"spec": {"replicas": replicas}}
+    assert replicas_out_of_bounds(spec(autoscaling=autoscaling), deployment) is outside
+    assert not replicas_out_of_bounds(spec(autoscaling=autoscaling), None)  # no Deployment yet

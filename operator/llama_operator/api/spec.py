@@ -424,6 +424,18 @@ class AutoscalingSpec(WireModel):
     def scale_to_zero(self) -> bool:
         return self.min_replicas == 0
 
+    @property
+    def replica_bounds(self) -> tuple[int, int]:
+        """The replicas a serving LlamaService is kept within: [max(minReplicas, 1), maxReplicas]. Zero is
+        reached only by scaling an idle service to zero (minReplicas 0), never by bringing a count in."""
+        return max(self.min_replicas, 1), self.max_replicas
+
+    def within_bounds(self, replicas: int) -> bool:
+        """Whether a Deployment's replica count needs no correction: within replica_bounds, or zero for a
+        service that scales to zero."""
+        low, high = self.replica_bounds
+        return low <= replicas <= high or (replicas == 0 and self.scale_to_zero)
+
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
         if self.min_replicas > self.max_replicas:
@@ -456,3 +468,13 @@ class LlamaServiceSpec(WireModel):
     @property
     def autoscaling_enabled(self) -> bool:
         return self.autoscaling is not None and self.autoscaling.enabled
+
+    @property
+    def active_autoscaling(self) -> AutoscalingSpec | None:
+        """The autoscaling in force: None when absent or disabled (spec.replicas then fixes the count)."""
+        return self.autoscaling if self.autoscaling_enabled else None
+
+    @property
+    def scales_to_zero(self) -> bool:
+        """Autoscaled with minReplicas 0: when idle it scales to zero and the activator holds the next request."""
+        return self.active_autoscaling is not None and self.active_autoscaling.scale_to_zero

@@ -123,7 +123,7 @@ def decide(
     """Desired replicas for one LlamaService, from this cycle's signals and the remembered state."""
     current = signals.current_replicas
     # While serving, at least one replica: zero is reached only through the idle rule below.
-    low, high = max(spec.min_replicas, 1), spec.max_replicas
+    low, high = spec.replica_bounds
     if spec.scale_to_zero and current == 0:
         return _at_zero(spec, signals, state, now)
 
@@ -736,5 +736,5 @@ def _needed_replicas(
             needs.append(_Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s"))
 
     if not needs:
-        return _Need(max(spec.min_replicas, 1), "load within what the minimum serves")
+        return _Need(spec.replica_bounds[0], "load within what the minimum serves")
     return max(needs, key=lambda n: n.replicas)

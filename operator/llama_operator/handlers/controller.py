@@ -104,6 +104,8 @@ class Controller:
                 )
                 requeue = result.requeue_after
                 outcome = "success" if requeue is None else "requeue"
+                if result.replicas_out_of_bounds:
+                    self.autoscaler_wake.set()  # the autoscaler writes replicas; it brings them back now
             except ApiException as err:
                 self.memo.metrics.api_error("unknown", err.status)
                 requeue = retry_delay_seconds(attempt, base=2.0, cap=300.0)

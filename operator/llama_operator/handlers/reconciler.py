@@ -11,9 +11,11 @@ from typing import Any
 
 import kopf
 
+from llama_operator.api.resource import parse_spec
+from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
 from llama_operator.handlers.written_status import WrittenStatus
-from llama_operator.infra.execute import execute, set_deployment_replicas
+from llama_operator.infra.execute import execute
 from llama_operator.planning.inventory import inventory_from_nodes
 from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.execution import (
@@ -23,8 +25,7 @@ from llama_operator.reconcile.execution import (
     retry_delay_seconds,
 )
 from llama_operator.reconcile.outcome import ReconcileOutcome, reconcile
-from llama_operator.reconcile.ownership import object_uid
-from llama_operator.reconcile.replicas import ignored_replicas_event
+from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
 from llama_operator.reconcile.rollout import rollout_status
 
 COMPONENT = "llama-operator"
@@ -65,6 +66,9 @@ class Indexes:
 class ReconcileResult:
     requeue_after: float | None = None
     writes: int = 0
+    # The owned Deployment's replicas are past the autoscaling bounds (a hand scale): the autoscaler, the
+    # one writer of spec.replicas, is woken to bring them back now.
+    replicas_out_of_bounds: bool = False
     status_written: bool = False
     events: list[Event] = field(default_factory=list)
 
@@ -86,38 +90,13 @@ def compute_outcome(
     )
 
 
-def zero_message(spec: Mapping[str, Any], route_ready: bool) -> str | None:
+def zero_message(spec: LlamaServiceSpec, route_ready: bool) -> str | None:
     """What zero replicas mean for a LlamaService that may scale to zero."""
-    autoscaling = spec.get("autoscaling") or {}
-    if not autoscaling or not autoscaling.get("enabled", True) or autoscaling.get("minReplicas", 1) != 0:
+    if not spec.scales_to_zero:
         return None
     if not route_ready:
         return "idle; no activator is ready, so a request would find nothing to serve it"
     return "idle; the activator holds the next request and wakes one replica"
-
-
-def _keep_replicas_in_bounds(
-    body: Mapping[str, Any], memo: kopf.Memo, deployment: Mapping[str, Any] | None
-) -> int:
-    """Replicas outside [minReplicas, maxReplicas] (a hand scale) are brought back now, whatever the
-    autoscaler's stabilization; inside the bounds the autoscaler decides."""
-    autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
-    if deployment is None or not autoscaling or not autoscaling.get("enabled", True):
-        return 0
-    meta = body["metadata"]
-    current = int((deployment.get("spec") or {}).get("replicas") or 0)
-    lo, hi = int(autoscaling.get("minReplicas", 1)), int(autoscaling.get("maxReplicas", 8))
-    if lo <= current <= hi:
-        return 0
-    set_deployment_replicas(
-        memo.kube,
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=str(object_uid(deployment)),
-        replicas=min(max(current, lo), hi),
-        field_manager=memo.settings.autoscaler_field_manager,
-    )
-    return 1
 
 
 def reconcile_llamaservice(
@@ -159,11 +138,11 @@ def _reconcile(
         if report.namespace_terminating:
             return result
         deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
-        bounded = _keep_replicas_in_bounds(body, memo, deployment)
-        result.writes = report.writes + bounded
+        parsed = parse_spec(body["spec"])  # valid: desired objects were built from it
+        result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
+        result.writes = report.writes
         for kind, count in {**report.writes_by_kind}.items():
             memo.metrics.wrote(kind, count)
-        memo.metrics.wrote("Deployment", bounded)
         for rejection in report.rejections:
             memo.metrics.api_error(rejection.ref.kind, rejection.status)
         status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
@@ -174,14 +153,11 @@ def _reconcile(
                 indexes.pods.get(key, []),
                 generation=meta.get("generation"),
                 now=now,
-                zero_message=zero_message(
-                    body.get("spec") or {}, activator_route(indexes.endpoint_slices) is not None
-                ),
+                zero_message=zero_message(parsed, activator_route(indexes.endpoint_slices) is not None),
             )
         )
-        spec = body.get("spec") or {}
-        status["specReplicas"] = spec.get("replicas")
-        ignored = ignored_replicas_event(spec, before)
+        status["specReplicas"] = parsed.replicas
+        ignored = ignored_replicas_event(parsed, before)
         if ignored is not None:
             result.events.append(ignored)
         result.events += [
