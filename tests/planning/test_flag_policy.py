@@ -155,6 +155,9 @@ def test_trust_remote_code_is_a_typed_field_the_platform_allows_or_forbids() -> 
         (["-dpn", "1"], "one engine per pod"),
         (["--data-parallel-address", "10.0.0.1"], "one engine per pod"),
         (["--device-ids", "2,3"], "spec.accelerator.count"),
+        (["--profiler-config", '{"profiler": "torch"}'], "/start_profile"),
+        (["--profiler-config.profiler", "torch"], "/start_profile"),
+        (["--enable-fault-tolerance"], "control endpoint"),
     ],
 )
 def test_listener_and_layout_flags_are_refused_with_the_reason(args: list[str], reason: str) -> None:
@@ -185,6 +188,8 @@ def test_every_refused_layout_flag_is_a_flag_of_the_pinned_vllm() -> None:
         (["--speculative-config", '{"model": "d", "quantization": "fp8"}'], "spec.engine.quantization"),
         (["--speculative-config", '{"model": "d", "max_model_len": 99999}'], "spec.engine.maxModelLen"),
         (["--speculative-config.quantization", "fp8"], "spec.engine.quantization"),
+        (["--hf-overrides.quantization_config.quant_method", "fp8"], "spec.engine.quantization"),
+        (["--hf-overrides.text_config", '{"num_hidden_layers": 2}'], "spec.model.architecture"),
     ],
 )
 def test_json_flags_obey_the_rules_of_the_fields_they_override(args: list[str], field: str) -> None:
@@ -251,6 +256,10 @@ def test_json_and_listener_neighbours_that_change_nothing_owned_pass(args: list[
         ["--middleware", "LEAKED.mod"],
         ["--kv-transfer-config", json.dumps({"kv_connector_module_path": "LEAKED"})],
         ["--max-num-seqs", "LEAKED"],
+        ["--otlp-traces-endpoint", "https://collector:4317/v1?access_token=LEAKED"],
+        ["--otlp-traces-endpoint", "https://collector:4317/v1?x=1&apiKey=LEAKED"],
+        ["--kv-transfer-config.kv_connector_extra_config.password", "LEAKED"],
+        ["--lora-modules", "sql=https://user:LEAKED@adapters.example.com/sql"],
     ],
 )
 def test_no_message_quotes_the_item_it_refuses(args: list[str]) -> None:

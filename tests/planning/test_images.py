@@ -106,6 +106,11 @@ def test_the_planner_refuses_and_the_default_image_is_always_allowed() -> None:
             ("registry.example.com/vllm/vllm-openai@sha256:" + "b" * 64,),
             False,
         ),
+        # A prefix ending in ':' or '@': that repository with any tag or digest, nothing under it.
+        ("registry.example.com/vllm:v1", ("registry.example.com/vllm:",), True),
+        ("registry.example.com/vllm@sha256:" + "e" * 64, ("registry.example.com/vllm@",), True),
+        ("registry.example.com/vllm/other:1", ("registry.example.com/vllm:",), False),
+        ("registry.example.com/vllm-evil:1", ("registry.example.com/vllm:",), False),
         # Not references at all: admitted by no policy.
         ("registry.example.com/Vllm:1", ("registry.example.com",), False),
         ("registry.example.com/vllm:bad tag", ("registry.example.com",), False),

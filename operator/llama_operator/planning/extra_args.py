@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -78,6 +79,10 @@ LAYOUT_FLAGS: dict[str, str] = {
     "grpc": "it serves gRPC instead of HTTP on the port: the probes and the Service's clients speak HTTP",
     "tokens_only": "it serves only the tokens endpoint: the Service's OpenAI API would be gone",
     "api_server_count": "one API server per pod: the operator scales pods (spec.replicas, spec.autoscaling)",
+    # Control endpoints opened to every API client (vLLM attaches their routers when these are set).
+    "profiler_config": "it opens /start_profile and /stop_profile to every API client, and the traces fill "
+    "the pod's disk; profile vLLM outside the cluster",
+    "enable_fault_tolerance": "it opens /fault_tolerance/apply, an engine control endpoint, to every API client",
     "allowed_local_media_path": "it lets API clients read files of the pod (the model cache, mounted "
     "Secrets); give media by URL",
     "nnodes": "one pod is one whole engine: multi-node layouts are not offered",
@@ -158,6 +163,8 @@ SECRET_VALUE = re.compile(
 )
 # A URL with userinfo (scheme://user:password@host): the password would be in args and status.plan.
 URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
+# A URL in a value, whose query parameters' names are checked too (`?access_token=...`).
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']+")
 # Flags the parser takes but the pod cannot run with, by dest.
 UNUSABLE_FLAGS: dict[str, str] = {
     "grpc_port": "vLLM serves gRPC only with VLLM_USE_RUST_FRONTEND=1, which the operator's pod does not set",
@@ -416,6 +423,18 @@ def _check_secret_value(name: str, value: str, where: str) -> None:
         )
     if SECRET_VALUE.search(value):
         raise PlanningError(f"{where} holds a value shaped like a credential; {SECRET_FIX}")
+    if any(_secret_name(name) for url in URL.findall(value) for name, _ in _query(url)):
+        raise PlanningError(
+            f"{where} holds a URL with a credential in its query (?token=...), which would be copied into the "
+            f"pod's args and the status; {SECRET_FIX}"
+        )
+
+
+def _query(url: str) -> list[tuple[str, str]]:
+    try:
+        return urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query, keep_blank_values=True)
+    except ValueError:  # not a URL after all (an unbalanced [ in the host): nothing to read
+        return []
 
 
 def _json_items(value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
@@ -452,20 +471,24 @@ def _check_json(
     if prefix:  # the sub-key a dotted flag names is a key like the others
         items.insert(0, (prefix, prefix.rsplit(".", 1)[-1], parsed))
     exempt = _OWN_KEYS_OF_JSON_FLAGS.get(flag.dest, frozenset())
-    for dotted, key, _ in items:
-        top = dotted.split(".", 1)[0]
-        if _secret_name(key):
+    for dotted, _, _ in items:
+        # Every level of the path: `--hf-overrides.quantization_config.quant_method fp8` sets
+        # quantization_config as surely as the JSON object does.
+        parts = dotted.split(".")
+        top = parts[0]
+        if any(_secret_name(part) for part in parts):
             raise PlanningError(
                 f"{where} has a key named like a secret (token, key, password, ...); {SECRET_FIX}"
             )
         if top in flag.code_keys:
             _check_code_allowed(flag, where, policy, key=top)
-        if flag.dest == "hf_overrides" and key in HF_OVERRIDE_KEYS:
+        overridden = next((part for part in parts if part in HF_OVERRIDE_KEYS), None)
+        if flag.dest == "hf_overrides" and overridden is not None:
             raise PlanningError(
-                f"{where} overrides {key}, which the operator plans from; {HF_OVERRIDE_KEYS[key]}"
+                f"{where} overrides {overridden}, which the operator plans from; {HF_OVERRIDE_KEYS[overridden]}"
             )
-        if flag.type != "json" and key in OWNED_FLAGS and key not in exempt and "." not in dotted:
-            raise PlanningError(f"{where} sets {key}, which the operator sets; {OWNED_FLAGS[key]}")
+        if flag.type != "json" and top in OWNED_FLAGS and top not in exempt:
+            raise PlanningError(f"{where} sets {top}, which the operator sets; {OWNED_FLAGS[top]}")
 
 
 def _check_code_allowed(flag: Flag, where: str, policy: CodePolicy, key: str | None = None) -> None:

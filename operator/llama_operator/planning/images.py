@@ -73,7 +73,9 @@ def parse_image_reference(text: str) -> ImageReference:
         raise InvalidImageReferenceError("it is empty, too long or holds white space")
     rest, at, digest = text.partition("@")
     if at and not _DIGEST.match(digest):
-        raise InvalidImageReferenceError("its digest is not algorithm:hex (such as sha256: and 64 hex digits)")
+        raise InvalidImageReferenceError(
+            "its digest is not algorithm:hex (such as sha256: and 64 hex digits)"
+        )
     raw_host, remainder = _split_host(rest)
     # A ':' after the last '/' starts the tag (one before it belongs to the host's port).
     name, colon, tag = (
@@ -98,9 +100,13 @@ class ImagePrefix:
     path: tuple[str, ...]
     tag: str | None = None
     digest: str | None = None
+    exact_repository: bool = False  # `repo:` or `repo@`: that repository, any tag or digest, nothing under it
 
     @classmethod
     def parse(cls, text: str) -> ImagePrefix:
+        if text.endswith((":", "@")) and not text.endswith("/:"):
+            raw_host, remainder = _split_host(text[:-1])
+            return cls(host=_host(raw_host), path=_path(remainder), exact_repository=True)
         stripped = text.rstrip("/")
         if "/" not in stripped and (any(c in stripped for c in ".:[") or stripped == "localhost"):
             return cls(host=_host(stripped), path=())  # a registry only
@@ -117,6 +123,10 @@ class ImagePrefix:
             return image.path == self.path and (
                 (self.digest is not None and image.digest == self.digest)
                 or (self.digest is None and image.tag == self.tag and image.digest is None)
+            )
+        if self.exact_repository:
+            return image.path == self.path or (
+                self.host == DOCKER_HUB and image.path == ("library", *self.path)
             )
         if image.path[: len(self.path)] == self.path:
             return True
