@@ -71,7 +71,7 @@ def _run(command: list[str | Path]) -> subprocess.CompletedProcess[str]:
 def test_promtool_accepts_the_rules(promtool: Path, rule_file: Path) -> None:
     proc = _run([promtool, "check", "rules", rule_file])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(r.recording_rules()) + len(r.alerting_rules(r.default_params()))} rules found" in (
+    assert f"SUCCESS: {sum(len(g['rules']) for g in r.rule_groups(r.default_params()))} rules found" in (
         proc.stdout
     )
 
@@ -95,8 +95,23 @@ def ttft_service(
         # Every request is within 10 s: were the rules to read this bucket, nothing would ever burn.
         {"series": f"vllm:time_to_first_token_seconds_bucket{_labels(**vllm, le='10.0')}", "values": total},
         {"series": f"vllm:time_to_first_token_seconds_count{_labels(**vllm)}", "values": total},
-        {"series": f"llama_operator_slo_ttft_bucket{_labels(**svc, le=slo_le)}", "values": "1+0x5000"},
-        {"series": f"llama_operator_slo_percentile{_labels(**svc)}", "values": f"{percentile}+0x5000"},
+        {"series": f"llama_operator_slo_ttft_bound_info{_labels(**svc, bound=slo_le)}", "values": "1+0x5000"},
+        {
+            "series": f"llama_operator_slo_objective_ratio{_labels(**svc)}",
+            "values": f"{percentile / 100}+0x5000",
+        },
+    ]
+
+
+def tpot_service(name: str, *, good: str, total: str, slo_le: str = "0.05") -> list[dict[str, str]]:
+    """vLLM's inter-token latency histogram of one replica and the operator's TPOT bound for it."""
+    svc = {"namespace": NAMESPACE, "llamaservice": name}
+    vllm = {**svc, "pod": f"{name}-0", "model_name": name}
+    return [
+        {"series": f"vllm:inter_token_latency_seconds_bucket{_labels(**vllm, le=slo_le)}", "values": good},
+        {"series": f"vllm:inter_token_latency_seconds_bucket{_labels(**vllm, le='1.0')}", "values": total},
+        {"series": f"vllm:inter_token_latency_seconds_count{_labels(**vllm)}", "values": total},
+        {"series": f"llama_operator_slo_tpot_bound_info{_labels(**svc, bound=slo_le)}", "values": "1+0x5000"},
     ]
 
 
@@ -108,11 +123,13 @@ def service_gauges(name: str, **gauges: str) -> list[dict[str, str]]:
 def _rule(alert: str, window: str | None = None) -> dict[str, Any]:
     found = [
         rule
-        for rule in r.alerting_rules(r.default_params())
-        if rule["alert"] == alert and (window is None or rule["labels"].get("window") == window)
+        for group in r.rule_groups(r.default_params())
+        for rule in group["rules"]
+        if rule.get("alert") == alert and (window is None or rule["labels"].get("window") == window)
     ]
     assert len(found) == 1, (alert, window)
-    return found[0]
+    rule: dict[str, Any] = found[0]
+    return rule
 
 
 def expected_alert(alert: str, window: str | None = None, **labels: str) -> dict[str, Any]:
@@ -213,6 +230,62 @@ def test_the_budget_is_the_services_own_percentile(promtool: Path, rule_file: Pa
         for w in r.BURN_WINDOWS
     ]
     run_scenario(promtool, rule_file, tmp_path, p95 + p999, [("90m", r.BUDGET_BURN, strict)])
+
+
+# ---- the TPOT burn-rate alerts --------------------------------------------------------------------------
+
+
+def test_tpot_burns_page_for_a_service_with_a_tpot_objective(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    # Its TTFT is fine, but 5 of 6 tokens are slower than its TPOT objective: every window burns. A service
+    # with the same slow tokens and no TPOT objective (no bound series) is nothing to this alert.
+    svc = {"namespace": NAMESPACE, "llamaservice": "chat"}
+    chat = ttft_service("chat", good="0+60x400", total="0+60x400") + tpot_service(
+        "chat", good="0+10x400", total="0+60x400"
+    )
+    no_objective = ttft_service("plain", good="0+60x400", total="0+60x400") + [
+        s for s in tpot_service("plain", good="0+10x400", total="0+60x400") if "bound_info" not in s["series"]
+    ]
+    every = [expected_alert(r.TPOT_BUDGET_BURN, f"{w.long}/{w.short}", **svc) for w in r.BURN_WINDOWS]
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        chat + no_objective + HEALTHY,
+        [("370m", r.TPOT_BUDGET_BURN, every), ("370m", r.BUDGET_BURN, [])],
+    )
+
+
+# ---- LlamaServiceNotReady, LlamaServiceDegraded ------------------------------------------------------------
+
+
+def test_not_ready_and_degraded_fire_after_15_minutes(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
+    series = [
+        *service_gauges("down", llamaservice_ready="0+0x40", llamaservice_degraded="0+0x40"),
+        # Not ready for 10 minutes (a rollout, a node drain), then ready again: never 15 in a row.
+        *service_gauges("blip", llamaservice_ready="0+0x10 1+0x30", llamaservice_degraded="0+0x40"),
+        *service_gauges("broken", llamaservice_ready="0+0x40", llamaservice_degraded="1+0x40"),
+        *service_gauges("fine", llamaservice_ready="1+0x40", llamaservice_degraded="0+0x40"),
+    ]
+    not_ready = [
+        expected_alert(r.NOT_READY, namespace=NAMESPACE, llamaservice=name) for name in ("broken", "down")
+    ]
+    degraded = expected_alert(r.DEGRADED, namespace=NAMESPACE, llamaservice="broken")
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [
+            ("14m", r.NOT_READY, []),
+            ("14m", r.DEGRADED, []),
+            ("20m", r.NOT_READY, not_ready),
+            ("20m", r.DEGRADED, [degraded]),
+        ],
+    )
 
 
 # ---- LlamaServiceScalingLimited -------------------------------------------------------------------------
@@ -382,23 +455,51 @@ def _helm_template(helm: Path, *values: str) -> list[dict[str, Any]]:
 
 def test_the_chart_renders_the_tested_rules(helm: Path) -> None:
     docs = _helm_template(
-        helm, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.additionalLabels.release=kps"
+        helm,
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.additionalLabels.release=kps",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "activator.enabled=true",
     )
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     assert rule["metadata"]["labels"]["release"] == "kps"
     assert rule["spec"] == yaml.safe_load(r.render_rule_file())
 
 
+def _without(spec: dict[str, Any], *groups: str) -> dict[str, Any]:
+    return {"groups": [g for g in spec["groups"] if g["name"] not in groups]}
+
+
+def test_no_rule_pages_for_a_scrape_the_chart_does_not_configure(helm: Path) -> None:
+    """PrometheusRule without the ServiceMonitor: no absent(up{...}) rule (it would page for certain)."""
+    docs = _helm_template(helm, "--set", "prometheusRule.enabled=true", "--set", "activator.enabled=true")
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert "absent(" not in yaml.safe_dump(rule["spec"])
+    assert rule["spec"] == _without(yaml.safe_load(r.render_rule_file()), r.SCRAPE_GROUP, r.ACTIVATOR_GROUP)
+    # Scraped by the chart: the operator's alert is there; the activator's only with the activator.
+    docs = _helm_template(
+        helm, "--set", "prometheusRule.enabled=true", "--set", "metrics.serviceMonitor.enabled=true"
+    )
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == _without(yaml.safe_load(r.render_rule_file()), r.ACTIVATOR_GROUP)
+
+
 def test_the_chart_fills_in_its_values(helm: Path) -> None:
     values = {
         "operatorJob": "custom-job",
-        "runbookUrl": "https://wiki.example.com/llama: runbook",
+        "runbookUrl": "https://wiki.example.com/llama:runbook",
         "pageSeverity": "page",
         "ticketSeverity": "ticket",
         "scalingLimitedFor": "30m",
         "noMetricsFor": "20m",
         "operatorDownFor": "2m",
         "reconcileErrorsFor": "1h",
+        "notReadyFor": "20m",
+        "degradedFor": "30m",
     }
     sets = [arg for k, v in values.items() for arg in ("--set-string", f"prometheusRule.{k}={v}")]
     docs = _helm_template(
@@ -408,6 +509,7 @@ def test_the_chart_fills_in_its_values(helm: Path) -> None:
     assert rule["metadata"]["namespace"] == "monitoring"
     params = r.RuleParams(
         operator_job="custom-job",
+        activator_job="llama-operator-activator",
         runbook_url=values["runbookUrl"],
         page_severity="page",
         ticket_severity="ticket",
@@ -415,8 +517,11 @@ def test_the_chart_fills_in_its_values(helm: Path) -> None:
         no_metrics_for="20m",
         operator_down_for="2m",
         reconcile_errors_for="1h",
+        not_ready_for="20m",
+        degraded_for="30m",
     )
-    assert rule["spec"] == yaml.safe_load(r.render_rule_file(params))
+    # The operator's job given: its scrape alert is rendered; no activator, so none of its alerts.
+    assert rule["spec"] == _without(yaml.safe_load(r.render_rule_file(params)), r.ACTIVATOR_GROUP)
 
 
 def test_the_rules_are_off_by_default_and_the_dashboard_on(helm: Path) -> None:
@@ -447,7 +552,7 @@ def test_prometheus_runs_every_dashboard_query(cluster: Any) -> None:
     failures = []
     for expr in d.expressions():
         sent = as_grafana_sends(expr)
-        assert "$" not in sent, sent
+        assert not re.search(r"\$[A-Za-z_]", sent), sent  # a variable left; $1 is label_replace's group
         url = f"{cluster.info.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': sent})}"
         try:
             with urllib.request.urlopen(url, timeout=30) as response:

@@ -80,10 +80,12 @@ def test_prometheus_scrapes_the_operator_and_its_per_service_series(
     assert float(slo[0]["value"][1]) == 0.6
     bucket = eventually(
         "the SLO's vLLM bucket",
-        lambda: prom_query(cluster, f"llama_operator_slo_ttft_bucket{{{selector}}}"),
+        lambda: prom_query(cluster, f"llama_operator_slo_ttft_bound_info{{{selector}}}"),
         30,
     )
-    assert bucket[0]["metric"]["le"] == "0.5"  # the largest vLLM TTFT bound within 0.6 s
+    assert bucket[0]["metric"]["bound"] == "0.5"  # the largest vLLM TTFT bound within 0.6 s
+    ratio = prom_query(cluster, f"llama_operator_slo_objective_ratio{{{selector}}}")
+    assert 0 < float(ratio[0]["value"][1]) < 1  # a ratio (0.95), not a percentage
     assert prom_query(cluster, f"llama_operator_desired_replicas{{{selector}}}")
     writes = prom_query(
         cluster, f'llama_operator_object_writes_total{{kind="Deployment",marker="{scraped}"}}'
@@ -102,7 +104,7 @@ def test_prometheus_scrapes_the_operator_and_its_per_service_series(
     assert float(gpus[0]["value"][1]) == deployment["spec"]["replicas"] * plan["count"] >= 1
     price = prom_query(cluster, f"llama_operator_gpu_price_per_hour{{{selector}}}")
     assert float(price[0]["value"][1]) == pytest.approx(plan["pricePerHour"] / plan["count"])
-    assert prom_query(cluster, f"llama_operator_gpu_hours_total{{{selector}}}")
+    assert prom_query(cluster, f"llama_operator_gpu_seconds_total{{{selector}}}")
     # Gone with the LlamaService.
     cluster.kubectl("delete", "llamaservice", "chat", "-n", namespace)
     series = f'namespace="{namespace}",llamaservice="chat"'

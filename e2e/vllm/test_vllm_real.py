@@ -146,8 +146,8 @@ def test_metrics_exported(server: Any) -> None:
     buckets = series("vllm:time_to_first_token_seconds_bucket")
     assert buckets, "no TTFT buckets with model_name label"
     assert any(labels.get("le") == "+Inf" for labels, _ in buckets)
-    # The operator's copy of vLLM's TTFT bounds, printed as its llama_operator_slo_ttft_bucket `le`s:
-    # exactly the strings this vLLM exposes, or the PromQL join on `le` finds nothing.
+    # The operator's copy of vLLM's TTFT bounds, printed as its llama_operator_slo_ttft_bound_info `bound`s:
+    # exactly the strings this vLLM exposes, or the PromQL join on `le` (label_replace) finds nothing.
     from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS  # noqa: PLC0415
     from llama_operator.infra.metrics import slo_bucket_bound  # noqa: PLC0415
 

@@ -55,7 +55,9 @@ CHAT = {"namespace": "team-a", "llamaservice": "chat"}
 
 def test_every_listed_name_is_exposed_and_nothing_else() -> None:
     metrics = OperatorMetrics(version="1.2.3")
-    metrics.observe(seen())
+    metrics.observe(seen(slo_tpot_seconds=0.05))
+    metrics.service_state("team-a", "chat", ready=True, degraded=False)
+    metrics.unknown_gpus({"NVIDIA-Future": 1})
     metrics.hold([Holding("team-a", "chat", 2, 0.526)], now=0.0)
     metrics.reconciled("success", 0.01)
     metrics.wrote("Deployment")
@@ -67,7 +69,9 @@ def test_every_listed_name_is_exposed_and_nothing_else() -> None:
     exposed = {family.name for family in text_string_to_metric_families(metrics.exposition().decode())}
     # The parser drops _total from counter family names.
     listed = {name.removesuffix("_total") for name in METRIC_NAMES}
-    assert exposed == listed
+    # Besides its own: the process and platform collectors' (process_*, python_info), as every exporter.
+    assert {n for n in exposed if not n.startswith(("process_", "python_"))} == listed
+    assert {"process_resident_memory_bytes", "process_cpu_seconds", "python_info"} <= exposed
 
 
 def test_the_slo_bucket_is_the_largest_vllm_bound_within_the_slo() -> None:
@@ -83,10 +87,18 @@ def test_a_cycle_sets_the_service_series_and_a_changed_slo_moves_its_bucket() ->
     assert value(metrics, "llama_operator_desired_replicas", **CHAT) == 3
     assert value(metrics, "llama_operator_ttft_observed_seconds", **CHAT) == 0.42
     assert value(metrics, "llama_operator_slo_met", **CHAT) == 1
-    assert value(metrics, "llama_operator_slo_ttft_bucket", **CHAT, le="1.0") == 1
+    assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="1.0") == 1
+    # The objective as a ratio, as Prometheus conventions want (not 95).
+    assert value(metrics, "llama_operator_slo_objective_ratio", **CHAT) == 0.95
+    assert value(metrics, "llama_operator_slo_tpot_bound_info", **CHAT, bound="0.05") is None
+    metrics.observe(seen(slo_ttft_seconds=0.5, ttft_seconds=None, slo_met=None, slo_tpot_seconds=0.06))
+    assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="1.0") is None
+    assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="0.5") == 1
+    assert value(metrics, "llama_operator_slo_tpot_seconds", **CHAT) == 0.06
+    assert value(metrics, "llama_operator_slo_tpot_bound_info", **CHAT, bound="0.05") == 1
     metrics.observe(seen(slo_ttft_seconds=0.5, ttft_seconds=None, slo_met=None))
-    assert value(metrics, "llama_operator_slo_ttft_bucket", **CHAT, le="1.0") is None
-    assert value(metrics, "llama_operator_slo_ttft_bucket", **CHAT, le="0.5") == 1
+    assert value(metrics, "llama_operator_slo_tpot_bound_info", **CHAT, bound="0.05") is None
+    assert value(metrics, "llama_operator_slo_tpot_seconds", **CHAT) is None
     # No observation: the series is absent, not a stale value.
     assert value(metrics, "llama_operator_ttft_observed_seconds", **CHAT) is None
     assert value(metrics, "llama_operator_slo_met", **CHAT) is None
@@ -108,17 +120,17 @@ def test_a_cycle_that_moves_only_the_no_data_clock_updates_it_and_a_forgotten_se
     assert value(metrics, "llama_operator_signal_no_data_seconds", **CHAT) == 15.0
 
 
-def test_gpu_hours_integrate_what_is_held_and_go_with_the_service() -> None:
+def test_gpu_seconds_integrate_what_is_held_and_go_with_the_service() -> None:
     metrics = OperatorMetrics()
     metrics.hold([Holding("team-a", "chat", 2, 0.526)], now=1000.0)
-    assert value(metrics, "llama_operator_gpu_hours_total", **CHAT) == 0
+    assert value(metrics, "llama_operator_gpu_seconds_total", **CHAT) == 0
     metrics.hold([Holding("team-a", "chat", 2, 0.526)], now=1000.0 + 1800)
-    assert value(metrics, "llama_operator_gpu_hours_total", **CHAT) == 1.0
+    assert value(metrics, "llama_operator_gpu_seconds_total", **CHAT) == 3600.0  # one GPU-hour
     assert value(metrics, "llama_operator_gpus", **CHAT) == 2
     assert value(metrics, "llama_operator_gpu_price_per_hour", **CHAT) == 0.526
     metrics.hold([], now=4000.0)
     assert value(metrics, "llama_operator_gpus", **CHAT) is None
-    assert value(metrics, "llama_operator_gpu_hours_total", **CHAT) is None
+    assert value(metrics, "llama_operator_gpu_seconds_total", **CHAT) is None
 
 
 def test_forget_drops_the_series_of_services_no_longer_autoscaled() -> None:
@@ -128,7 +140,7 @@ def test_forget_drops_the_series_of_services_no_longer_autoscaled() -> None:
     metrics.scaled("team-a", "chat", current=2, replicas=1)
     metrics.forget([("team-a", "code")])
     assert value(metrics, "llama_operator_desired_replicas", **CHAT) is None
-    assert value(metrics, "llama_operator_slo_ttft_bucket", **CHAT, le="1.0") is None
+    assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="1.0") is None
     assert value(metrics, "llama_operator_autoscaler_decisions_total", **CHAT, direction="down") is None
     assert value(metrics, "llama_operator_desired_replicas", namespace="team-a", llamaservice="code") == 3
 
@@ -194,3 +206,41 @@ def test_the_endpoints_over_http() -> None:
         assert get(f"{base}/nope")[0] == 404
     finally:
         server.shutdown()
+
+
+def test_service_states_and_unknown_gpus_come_and_go() -> None:
+    metrics = OperatorMetrics()
+    metrics.service_state("team-a", "chat", ready=False, degraded=True)
+    assert value(metrics, "llama_operator_llamaservice_ready", **CHAT) == 0
+    assert value(metrics, "llama_operator_llamaservice_degraded", **CHAT) == 1
+    metrics.forget_state("team-a", "chat")
+    assert value(metrics, "llama_operator_llamaservice_ready", **CHAT) is None
+    metrics.service_state("team-a", "chat", ready=True, degraded=False)
+    metrics.forget_states()  # a standby reports none
+    assert value(metrics, "llama_operator_llamaservice_degraded", **CHAT) is None
+    metrics.unknown_gpus({"NVIDIA-B300": 2, "NVIDIA-X": 1})
+    assert value(metrics, "llama_operator_unknown_gpu_nodes", product="NVIDIA-B300") == 2
+    metrics.unknown_gpus({"NVIDIA-X": 1})
+    assert value(metrics, "llama_operator_unknown_gpu_nodes", product="NVIDIA-B300") is None
+
+
+def test_the_status_as_written_sets_ready_and_degraded() -> None:
+    metrics = OperatorMetrics()
+    metrics.service_status(
+        "team-a",
+        "chat",
+        {
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "ReplicasNotReady"},
+                {"type": "Degraded", "status": "True", "reason": "PlanningFailed"},
+            ]
+        },
+    )
+    assert value(metrics, "llama_operator_llamaservice_ready", **CHAT) == 0
+    assert value(metrics, "llama_operator_llamaservice_degraded", **CHAT) == 1
+    # At zero on purpose: Ready is False by design, and nothing is wrong.
+    metrics.service_status(
+        "team-a", "chat", {"conditions": [{"type": "Ready", "status": "False", "reason": "ScaledToZero"}]}
+    )
+    assert value(metrics, "llama_operator_llamaservice_ready", **CHAT) == 1
+    assert value(metrics, "llama_operator_llamaservice_degraded", **CHAT) == 0

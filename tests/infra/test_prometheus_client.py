@@ -219,7 +219,7 @@ def test_connection_from_settings() -> None:
             "keep one of them",
         ),
         ({"prometheusInsecureSkipVerify": True, "prometheusCaFile": "/ca"}, "the CA would be ignored"),
-        ({"prometheusUrl": "prometheus:9090"}, "give an http:// or https:// URL"),
+        ({"prometheusUrl": "prometheus:9090"}, "is not an http:// or https:// URL"),
         ({"prometheusTimeoutSeconds": 0}, "prometheusTimeoutSeconds\n  Input should be greater than 0"),
     ],
 )

@@ -55,9 +55,12 @@ def exposed_operator_series() -> set[str]:
             slo_percentile=95.0,
             slo_met=True,
             no_data_seconds=0.0,
+            slo_tpot_seconds=0.05,
         )
     )
     metrics.hold([Holding("team-a", "chat", 2, 0.5)], now=0.0)
+    metrics.service_state("team-a", "chat", ready=True, degraded=False)
+    metrics.unknown_gpus({"NVIDIA-Future": 1})
     metrics.reconciled("success", 0.01)
     metrics.wrote("Deployment")
     metrics.api_error("Deployment", 409)
@@ -120,7 +123,7 @@ def test_every_variable_a_query_uses_is_defined() -> None:
     board = d.dashboard()
     defined = {v["name"] for v in board["templating"]["list"]} | {"__rate_interval", "__range", "__interval"}
     for expr in d.expressions():
-        used = set(re.findall(r"\$(\w+)", expr))
+        used = set(re.findall(r"\$([A-Za-z_]\w*)", expr))  # not $1: label_replace's group
         assert used <= defined, (expr, used - defined)
     for p in panels():
         assert p["targets"], p["title"]
@@ -171,7 +174,7 @@ def test_the_dashboard_is_json_grafana_can_read() -> None:
 
 def test_every_alert_links_its_runbook_section() -> None:
     sections = anchors(REPO / "docs" / "runbook.md")
-    alerts = r.alerting_rules(r.default_params())
+    alerts = [rule for g in r.rule_groups(r.default_params()) for rule in g["rules"] if "alert" in rule]
     assert {a["alert"] for a in alerts} == set(r.ALERTS)
     for alert in alerts:
         url = alert["annotations"]["runbook_url"]
@@ -198,3 +201,26 @@ def test_the_burn_windows_are_the_sre_workbooks() -> None:
 
 def test_the_rule_file_is_yaml_of_the_generated_groups() -> None:
     assert yaml.safe_load(r.render_rule_file()) == {"groups": r.rule_groups(r.default_params())}
+
+
+def test_tpot_burn_alerts_sit_beside_the_ttft_ones() -> None:
+    alerts = r.alerting_rules(r.default_params())
+    ttft = [a["labels"]["window"] for a in alerts if a["alert"] == r.BUDGET_BURN]
+    tpot = [a for a in alerts if a["alert"] == r.TPOT_BUDGET_BURN]
+    assert [a["labels"]["window"] for a in tpot] == ttft
+    recorded = {rule["record"] for rule in r.recording_rules()}
+    for a in tpot:
+        assert r.TPOT_BAD_RATIO.split("{")[0] in a["expr"]
+    assert {r.TPOT_BAD_RATIO.format(window=w) for w in r.WINDOWS} <= recorded
+
+
+def test_no_operator_series_poses_as_a_histogram() -> None:
+    """An `le` label or a _bucket name belongs to histograms only (promtool check metrics says so)."""
+    metrics = OperatorMetrics()
+    metrics.observe(
+        ServiceObservation("team-a", "chat", 1, 1, 1, 1, 2, 0.4, 0.5, 95.0, True, 0.0, slo_tpot_seconds=0.05)
+    )
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            if family.type != "histogram":
+                assert "le" not in sample.labels and not sample.name.endswith("_bucket"), sample

@@ -22,7 +22,15 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.activator.cluster import ClusterView
@@ -55,6 +63,8 @@ DRAIN_RETRY_AFTER = 1  # a draining replica's 503: the other replica (or this on
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=r)  # process_*: what every exporter has (memory, CPU, open files)
+        PlatformCollector(registry=r)
         self.held = Gauge(
             "llama_router_held_requests", "Requests held now, waiting for a replica.", LABELS, registry=r
         )

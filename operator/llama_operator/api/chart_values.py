@@ -169,7 +169,8 @@ class PrometheusRuleValues(ValuesModel):
         str,
         Field(
             description="The `job` label of the operator's scrape, for LlamaOperatorDown (default: "
-            "<fullname>-metrics, the job of the chart's ServiceMonitor).",
+            "<fullname>-metrics, the job of the chart's ServiceMonitor). Without metrics.serviceMonitor or this "
+            "value, LlamaOperatorDown is not rendered: absent(up) would page with nothing scraping.",
             pattern=r"^[^\"'\\{}\n]*$",
         ),
     ] = ""
@@ -199,6 +200,22 @@ class PrometheusRuleValues(ValuesModel):
     reconcile_errors_for: Annotated[
         PromDuration, Field(description="LlamaOperatorReconcileErrors: reconciles failing for this long.")
     ] = "15m"
+    not_ready_for: Annotated[
+        PromDuration,
+        Field(description="LlamaServiceNotReady: no ready replica (and not at zero) for this long."),
+    ] = "15m"
+    degraded_for: Annotated[
+        PromDuration, Field(description="LlamaServiceDegraded: the Degraded condition True for this long.")
+    ] = "15m"
+    activator_job: Annotated[
+        str,
+        Field(
+            description="The `job` label of the activator's scrape, for LlamaActivatorDown (default: "
+            "<fullname>-activator, the job of the chart's activator ServiceMonitor). Without a ServiceMonitor "
+            "or this value, the rules that need that scrape are not rendered.",
+            pattern=r"^[^\"'\\{}\n]*$",
+        ),
+    ] = ""
 
 
 class PrometheusCaValues(ValuesModel):

@@ -336,6 +336,7 @@ def _autoscale_one(
         ttft_seconds=seen.ttft_percentile_seconds,
         slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
         slo_percentile=spec.autoscaling.slo.percentile,
+        slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
         slo_met=decision.slo_met,
         no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
         scaled_to_zero=decision.desired_replicas == 0,

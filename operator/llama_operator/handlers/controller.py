@@ -136,6 +136,7 @@ class Controller:
             if not self.leading:  # the leader reports per LlamaService; a standby must not double them
                 self.memo.metrics.forget(())
                 self.memo.metrics.hold((), time.time())
+                self.memo.metrics.forget_states()
             self.memo.metrics.queue_depth.set(len(self.queue))
             await asyncio.sleep(5.0)
 
@@ -275,6 +276,7 @@ async def llamaservice_event(
         controller.failures.pop(key, None)
         controller.autoscaler_memory.written.forget(key)
         controller.activations.pop(key, None)
+        memo.metrics.forget_state(*key)
         return
     # A request the activator holds for this (scaled-to-zero) service: decide now, not at the next period.
     requested = (body.metadata.annotations or {}).get(ACTIVATION_REQUESTED_ANNOTATION)

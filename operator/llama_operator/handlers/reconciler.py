@@ -166,6 +166,7 @@ def _reconcile(
         ]
         if not report.clean:
             result.requeue_after = retry_delay_seconds(attempt)
+    memo.metrics.service_status(namespace, name, {**before, **status})
     degraded = degraded_event(before, status)
     if degraded is not None:
         result.events.insert(0, degraded)

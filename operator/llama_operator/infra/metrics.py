@@ -14,22 +14,25 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
 
 SERVICE_LABELS = ("namespace", "llamaservice")
 disable_created_metrics()  # type: ignore[no-untyped-call] # the *_created series double the exposition and no panel or rule reads them
@@ -54,15 +57,20 @@ METRIC_NAMES: tuple[str, ...] = (
     "llama_operator_autoscaler_decisions_total",
     "llama_operator_ttft_observed_seconds",
     "llama_operator_slo_ttft_seconds",
-    "llama_operator_slo_percentile",
+    "llama_operator_slo_tpot_seconds",
+    "llama_operator_slo_objective_ratio",
     "llama_operator_slo_met",
     "llama_operator_signal_no_data_seconds",
     "llama_operator_scaled_to_zero",
     "llama_operator_activation_seconds",
     "llama_operator_gpus",
     "llama_operator_gpu_price_per_hour",
-    "llama_operator_gpu_hours_total",
-    "llama_operator_slo_ttft_bucket",
+    "llama_operator_gpu_seconds_total",
+    "llama_operator_slo_ttft_bound_info",
+    "llama_operator_slo_tpot_bound_info",
+    "llama_operator_llamaservice_ready",
+    "llama_operator_llamaservice_degraded",
+    "llama_operator_unknown_gpu_nodes",
     "llama_operator_autoscaler_cycle_duration_seconds",
     "llama_operator_autoscaler_refresh_backlog",
     "llama_operator_prometheus_errors_total",
@@ -96,6 +104,7 @@ class ServiceObservation:
     no_data_seconds: float
     scaled_to_zero: bool = False
     activation_seconds: float | None = None  # the last wake from zero, as the activator timed it
+    slo_tpot_seconds: float | None = None  # the TPOT objective, when the service has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,10 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "unknown") -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # process_* (CPU, memory, open files) and python_info: what every Prometheus exporter is expected to
+        # have, and what the operator's memory alerts and capacity figures read.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.info = Gauge(
             "llama_operator_info", "The operator's version (always 1).", ["version"], registry=r
         )
@@ -161,7 +174,11 @@ class OperatorMetrics:
             ("max_replicas", "spec.autoscaling.maxReplicas."),
             ("ttft_observed_seconds", "Observed TTFT at the SLO's percentile over the signal window."),
             ("slo_ttft_seconds", "The TTFT objective (spec.autoscaling.slo.ttftSeconds)."),
-            ("slo_percentile", "The percentile the TTFT objective holds (spec.autoscaling.slo.percentile)."),
+            (
+                "slo_objective_ratio",
+                "Share of requests the latency objectives hold for, as a ratio: 0.95 for "
+                "spec.autoscaling.slo.percentile 95.",
+            ),
             (
                 "slo_met",
                 "1 when the observed TTFT percentile is within the SLO, 0 when not (absent: no data).",
@@ -172,6 +189,7 @@ class OperatorMetrics:
                 "activation_seconds",
                 "The last wake from zero: first request the activator held to its first token (absent: none).",
             ),
+            ("slo_tpot_seconds", "The TPOT objective (spec.autoscaling.slo.tpotSeconds; absent: none)."),
             ("gpus", "GPUs held: replicas x GPUs per replica."),
             ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
         ]
@@ -179,16 +197,47 @@ class OperatorMetrics:
             name: Gauge(f"llama_operator_{name}", help_text, SERVICE_LABELS, registry=r)
             for name, help_text in per_service
         }
-        self.gpu_hours = Counter(
-            "llama_operator_gpu_hours",
-            "GPU-hours held by a LlamaService since the operator started (multiply by the price for cost).",
+        # Seconds, the base unit: GPU-hours are increase(...) / 3600.
+        self.gpu_seconds = Counter(
+            "llama_operator_gpu_seconds",
+            "GPU-seconds held by a LlamaService since the operator started (/ 3600 x the hourly price: cost).",
             SERVICE_LABELS,
             registry=r,
         )
-        self.slo_bucket = Gauge(
-            "llama_operator_slo_ttft_bucket",
-            "1 for the vLLM TTFT histogram bound (le) that counts a LlamaService's requests within its SLO.",
-            [*SERVICE_LABELS, "le"],
+        # Not a histogram: an info series naming the bound (`bound`, as vLLM's exposition prints its `le`)
+        # that the SLO rules join vLLM's histogram on (label_replace into `le`).
+        self.slo_bound = Gauge(
+            "llama_operator_slo_ttft_bound_info",
+            "1 for the vLLM TTFT histogram bound (label bound, as vLLM's le) that counts a LlamaService's "
+            "requests within its TTFT objective.",
+            [*SERVICE_LABELS, "bound"],
+            registry=r,
+        )
+        self.tpot_bound = Gauge(
+            "llama_operator_slo_tpot_bound_info",
+            "1 for the vLLM inter-token latency histogram bound (label bound, as vLLM's le) that counts a "
+            "LlamaService's tokens within its TPOT objective (absent: no TPOT objective).",
+            [*SERVICE_LABELS, "bound"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "llama_operator_llamaservice_ready",
+            "1 while a LlamaService's Ready condition is True or it is scaled to zero on purpose, else 0 (any "
+            "LlamaService, autoscaled or not).",
+            SERVICE_LABELS,
+            registry=r,
+        )
+        self.degraded = Gauge(
+            "llama_operator_llamaservice_degraded",
+            "1 while a LlamaService's Degraded condition is True (its spec cannot be served as written).",
+            SERVICE_LABELS,
+            registry=r,
+        )
+        self.unknown_gpu_nodes = Gauge(
+            "llama_operator_unknown_gpu_nodes",
+            "Nodes with GPUs whose nvidia.com/gpu.product matches no accelerator of the catalog (or "
+            "config.accelerators), by product: accelerator.type auto cannot use them.",
+            ["product"],
             registry=r,
         )
         self.decisions = Counter(
@@ -217,6 +266,9 @@ class OperatorMetrics:
         self._lock = threading.Lock()
         self._services: set[tuple[str, str]] = set()
         self._slo_bounds: dict[tuple[str, str], str] = {}
+        self._tpot_bounds: dict[tuple[str, str], str] = {}
+        self._states: set[tuple[str, str]] = set()
+        self._unknown_products: set[str] = set()
         self._held_since: dict[tuple[str, str], float] = {}
         # The last observation per LlamaService, and its no-data gauge: a cycle that changes nothing but
         # that clock costs no label lookups.
@@ -262,7 +314,8 @@ class OperatorMetrics:
             g["min_replicas"].set(seen.min_replicas)
             g["max_replicas"].set(seen.max_replicas)
             g["slo_ttft_seconds"].set(seen.slo_ttft_seconds)
-            g["slo_percentile"].set(seen.slo_percentile)
+            g["slo_objective_ratio"].set(seen.slo_percentile / 100.0)
+            self._optional(self.service_gauges["slo_tpot_seconds"], key, seen.slo_tpot_seconds)
             g["signal_no_data_seconds"].set(seen.no_data_seconds)
             g["scaled_to_zero"].set(1 if seen.scaled_to_zero else 0)
             self._optional(self.service_gauges["activation_seconds"], key, seen.activation_seconds)
@@ -272,9 +325,21 @@ class OperatorMetrics:
             bound = slo_bucket_bound(seen.slo_ttft_seconds)
             previous = self._slo_bounds.get(key)
             if previous is not None and previous != bound:
-                self.slo_bucket.remove(*key, previous)
+                self.slo_bound.remove(*key, previous)
             self._slo_bounds[key] = bound
-            self.slo_bucket.labels(namespace=seen.namespace, llamaservice=seen.name, le=bound).set(1)
+            self.slo_bound.labels(*key, bound).set(1)
+            tpot = (
+                None
+                if seen.slo_tpot_seconds is None
+                else slo_bucket_bound(seen.slo_tpot_seconds, VLLM_ITL_BUCKETS)
+            )
+            previous_tpot = self._tpot_bounds.get(key)
+            if previous_tpot is not None and previous_tpot != tpot:
+                self.tpot_bound.remove(*key, previous_tpot)
+                del self._tpot_bounds[key]
+            if tpot is not None:
+                self._tpot_bounds[key] = tpot
+                self.tpot_bound.labels(*key, tpot).set(1)
             self._observed[key] = seen
             self._no_data_gauges[key] = g["signal_no_data_seconds"]
 
@@ -285,18 +350,18 @@ class OperatorMetrics:
             for h in holdings:
                 key = (h.namespace, h.name)
                 live.add(key)
-                gpus, hours = self._held_series.get(key) or (
+                gpus, seconds = self._held_series.get(key) or (
                     self.service_gauges["gpus"].labels(*key),
-                    self.gpu_hours.labels(*key),  # the series exists from the first sighting
+                    self.gpu_seconds.labels(*key),  # the series exists from the first sighting
                 )
-                self._held_series[key] = (gpus, hours)
+                self._held_series[key] = (gpus, seconds)
                 gpus.set(h.gpus)
                 if self._held_prices.get(key) != h.price_per_gpu_hour:
                     self._optional(self.service_gauges["gpu_price_per_hour"], key, h.price_per_gpu_hour)
                     self._held_prices[key] = h.price_per_gpu_hour
                 since = self._held_since.get(key)
                 if since is not None and now > since:
-                    hours.inc(h.gpus * (now - since) / 3600.0)
+                    seconds.inc(h.gpus * (now - since))
                 self._held_since[key] = now
             for key in set(self._held_since) - live:
                 del self._held_since[key]
@@ -304,7 +369,7 @@ class OperatorMetrics:
                 self._held_prices.pop(key, None)
                 for gauge in (self.service_gauges["gpus"], self.service_gauges["gpu_price_per_hour"]):
                     _remove(gauge, key)
-                _remove(self.gpu_hours, key)
+                _remove(self.gpu_seconds, key)
 
     def forget(self, keep: Iterable[tuple[str, str]]) -> None:
         """Drop the autoscaler's series of LlamaServices that are gone or no longer autoscaled."""
@@ -316,12 +381,61 @@ class OperatorMetrics:
                         _remove(gauge, key)
                 bound = self._slo_bounds.pop(key, None)
                 if bound is not None:
-                    _remove(self.slo_bucket, (*key, bound))
+                    _remove(self.slo_bound, (*key, bound))
+                tpot = self._tpot_bounds.pop(key, None)
+                if tpot is not None:
+                    _remove(self.tpot_bound, (*key, tpot))
                 for direction in ("up", "down"):
                     _remove(self.decisions, (*key, direction))
                 self._observed.pop(key, None)
                 self._no_data_gauges.pop(key, None)
             self._services &= keep
+
+    def service_state(self, namespace: str, name: str, *, ready: bool, degraded: bool) -> None:
+        """A LlamaService's Ready and Degraded conditions as the reconciler last wrote them."""
+        key = (namespace, name)
+        with self._lock:
+            self._states.add(key)
+            self.ready.labels(*key).set(1 if ready else 0)
+            self.degraded.labels(*key).set(1 if degraded else 0)
+
+    def service_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Ready and Degraded from a LlamaService's status as written: a service scaled to zero on purpose
+        counts as ready (its Ready is False by design, and nothing is wrong)."""
+        conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+        ready = conditions.get("Ready") or {}
+        degraded = conditions.get("Degraded") or {}
+        self.service_state(
+            namespace,
+            name,
+            ready=ready.get("status") == "True" or ready.get("reason") == "ScaledToZero",
+            degraded=degraded.get("status") == "True",
+        )
+
+    def forget_state(self, namespace: str, name: str) -> None:
+        """The LlamaService is gone (or no longer this instance's to report)."""
+        key = (namespace, name)
+        with self._lock:
+            self._states.discard(key)
+            _remove(self.ready, key)
+            _remove(self.degraded, key)
+
+    def forget_states(self) -> None:
+        """A standby reports no LlamaService (the leader does)."""
+        with self._lock:
+            for key in self._states:
+                _remove(self.ready, key)
+                _remove(self.degraded, key)
+            self._states.clear()
+
+    def unknown_gpus(self, products: dict[str, int]) -> None:
+        """GPU nodes by product label that the catalog does not know (all of them, each inventory)."""
+        with self._lock:
+            for product in self._unknown_products - products.keys():
+                _remove(self.unknown_gpu_nodes, (product,))
+            for product, nodes in products.items():
+                self.unknown_gpu_nodes.labels(product).set(nodes)
+            self._unknown_products = set(products)
 
     @staticmethod
     def _optional(gauge: Gauge, key: tuple[str, str], value: float | None) -> None:

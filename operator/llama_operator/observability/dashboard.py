@@ -51,12 +51,17 @@ def _quantiles(family: str, what: str) -> tuple[Query, ...]:
     )
 
 
-def _good_ratio(window: str) -> str:
-    """Share of requests within the TTFT SLO (the operator names the SLO's bucket)."""
+def slo_bound_as_le(info: str, selector: str = "") -> str:
+    """The operator's SLO bound series with its `bound` copied into `le`, to join vLLM's histogram on."""
+    return f'label_replace(max by ({BY}, bound) ({info}{selector}), "le", "$1", "bound", "(.*)")'
+
+
+def _good_ratio(window: str, family: str = n.VLLM_TTFT, bound: str = n.OP_SLO_BOUND) -> str:
+    """Share of requests (tokens, for TPOT) within the objective (the operator names the SLO's bucket)."""
     return (
-        f"sum by ({BY}) (rate({n.VLLM_TTFT}_bucket{{{SEL}}}[{window}])"
-        f" * on ({BY}, le) group_left () max by ({BY}, le) ({n.OP_SLO_BUCKET}{{{SEL}}}))"
-        f" / sum by ({BY}) (rate({n.VLLM_TTFT}_count{{{SEL}}}[{window}]))"
+        f"sum by ({BY}) (rate({family}_bucket{{{SEL}}}[{window}])"
+        f" * on ({BY}, le) group_left () {slo_bound_as_le(bound, '{' + SEL + '}')})"
+        f" / sum by ({BY}) (rate({family}_count{{{SEL}}}[{window}]))"
     )
 
 
@@ -79,9 +84,11 @@ SERVICE_PANELS = (
     ),
     Panel(
         "TPOT (inter-token latency)",
-        "Time per output token after the first, from vLLM's inter-token latency histogram.",
-        _quantiles(n.VLLM_ITL, "TPOT"),
+        "Time per output token after the first, from vLLM's inter-token latency histogram, and the TPOT "
+        "objective where the LlamaService has one (spec.autoscaling.slo.tpotSeconds).",
+        (*_quantiles(n.VLLM_ITL, "TPOT"), Query(_max(n.OP_SLO_TPOT), f"{WHO} SLO")),
         unit="s",
+        references=(" SLO",),
     ),
     Panel(
         "Requests within the TTFT SLO",
@@ -89,7 +96,8 @@ SERVICE_PANELS = (
         "(the SLO's percentile). Below the objective the error budget is being spent.",
         (
             Query(_good_ratio(RATE), f"{WHO} within SLO"),
-            Query(f"{_max(n.OP_SLO_PERCENTILE)} / 100", f"{WHO} objective"),
+            Query(_good_ratio(RATE, n.VLLM_ITL, n.OP_TPOT_BOUND), f"{WHO} tokens within the TPOT SLO"),
+            Query(_max(n.OP_SLO_OBJECTIVE), f"{WHO} objective"),
         ),
         unit="percentunit",
         references=(" objective",),
@@ -100,7 +108,7 @@ SERVICE_PANELS = (
         "in 30 days; the page alerts fire at 14.4 (1h) and 6 (6h).",
         (
             Query(
-                f"(1 - ({_good_ratio('1h')})) / on ({BY}) (1 - {_max(n.OP_SLO_PERCENTILE)} / 100)",
+                f"(1 - ({_good_ratio('1h')})) / on ({BY}) (1 - {_max(n.OP_SLO_OBJECTIVE)})",
                 f"{WHO} burn rate",
             ),
         ),
@@ -167,13 +175,37 @@ SERVICE_PANELS = (
         "GPU-hours and cost over the time range",
         "GPU-hours held during the dashboard's time range, and their cost at the accelerator's price.",
         (
-            Query(f"sum by ({BY}) (increase({n.OP_GPU_HOURS}{{{SEL}}}[$__range]))", f"{WHO} GPU-hours"),
             Query(
-                _price_times(f"sum by ({BY}) (increase({n.OP_GPU_HOURS}{{{SEL}}}[$__range]))"),
+                f"sum by ({BY}) (increase({n.OP_GPU_SECONDS}{{{SEL}}}[$__range])) / 3600", f"{WHO} GPU-hours"
+            ),
+            Query(
+                _price_times(f"sum by ({BY}) (increase({n.OP_GPU_SECONDS}{{{SEL}}}[$__range])) / 3600"),
                 f"{WHO} cost",
             ),
         ),
         kind="stat",
+    ),
+    Panel(
+        "Ready and Degraded",
+        "1 while the LlamaService's Ready (Degraded) condition is True; the alerts fire after 15 minutes "
+        "not Ready or Degraded.",
+        (
+            Query(_max(n.OP_SERVICE_READY), f"{WHO} ready"),
+            Query(_max(n.OP_SERVICE_DEGRADED), f"{WHO} degraded"),
+        ),
+    ),
+    Panel(
+        "Activator: held requests and wakes",
+        "Requests the activator holds while a LlamaService at zero wakes, and the wake time (first request "
+        "held to its first token, p95). Empty without the activator (activator.enabled).",
+        (
+            Query(f"sum by ({BY}) ({n.ROUTER_HELD}{{{SEL}}})", f"{WHO} held"),
+            Query(
+                f"histogram_quantile(0.95, sum by ({BY}, le) "
+                f"(rate({n.ROUTER_ACTIVATION_SECONDS}_bucket{{{SEL}}}[$__range])))",
+                f"{WHO} wake p95 (s)",
+            ),
+        ),
     ),
 )
 
@@ -230,6 +262,34 @@ OPERATOR_PANELS = (
         (
             Query(f"max by (instance) ({n.OP_LEADER})", "{{instance}}"),
             Query(f"max by (version) ({n.OP_INFO})", "version {{version}}"),
+        ),
+    ),
+    Panel(
+        "Activator requests by outcome",
+        "The activator's requests per second by outcome (held_forwarded, timed_out: 503 after the hold, "
+        "rejected by a limit...). Empty without the activator.",
+        (Query(f"sum by (outcome) (rate({n.ROUTER_REQUESTS}[{RATE}]))", "{{outcome}}"),),
+        unit="reqps",
+    ),
+    Panel(
+        "GPU nodes the catalog does not know",
+        "Nodes whose nvidia.com/gpu.product matches no accelerator (add it under config.accelerators): "
+        "accelerator.type auto cannot use them.",
+        (Query(f"max by (product) ({n.OP_UNKNOWN_GPU_NODES})", "{{product}}"),),
+    ),
+    Panel(
+        "Operator memory and CPU",
+        "Resident memory and CPU of each operator replica (process_* metrics).",
+        (
+            # The operator's targets are those exporting its info series, whatever the job is called.
+            Query(
+                f"process_resident_memory_bytes * on (job, instance) group_left () {n.OP_INFO}",
+                "{{instance}} RSS",
+            ),
+            Query(
+                f"rate(process_cpu_seconds_total[{RATE}]) * on (job, instance) group_left () {n.OP_INFO}",
+                "{{instance}} CPU (cores)",
+            ),
         ),
     ),
     Panel(

@@ -44,16 +44,27 @@ OP_MAX = "llama_operator_max_replicas"
 OP_DECISIONS = "llama_operator_autoscaler_decisions_total"
 OP_TTFT_OBSERVED = "llama_operator_ttft_observed_seconds"
 OP_SLO_TTFT = "llama_operator_slo_ttft_seconds"
-OP_SLO_PERCENTILE = "llama_operator_slo_percentile"
+OP_SLO_OBJECTIVE = "llama_operator_slo_objective_ratio"  # 0.95 for percentile 95
+OP_SLO_TPOT = "llama_operator_slo_tpot_seconds"
 OP_SLO_MET = "llama_operator_slo_met"
 OP_NO_DATA = "llama_operator_signal_no_data_seconds"
 OP_GPUS = "llama_operator_gpus"
 OP_GPU_PRICE = "llama_operator_gpu_price_per_hour"
-OP_GPU_HOURS = "llama_operator_gpu_hours_total"
-OP_SLO_BUCKET = "llama_operator_slo_ttft_bucket"
+OP_GPU_SECONDS = "llama_operator_gpu_seconds_total"
+OP_SLO_BOUND = "llama_operator_slo_ttft_bound_info"  # label `bound`: vLLM's TTFT `le` within the SLO
+OP_TPOT_BOUND = "llama_operator_slo_tpot_bound_info"  # label `bound`: vLLM's ITL `le` within the SLO
+OP_SERVICE_READY = "llama_operator_llamaservice_ready"
+OP_SERVICE_DEGRADED = "llama_operator_llamaservice_degraded"
+OP_UNKNOWN_GPU_NODES = "llama_operator_unknown_gpu_nodes"
 OP_CYCLE_SECONDS = "llama_operator_autoscaler_cycle_duration_seconds"
 OP_REFRESH_BACKLOG = "llama_operator_autoscaler_refresh_backlog"
 OP_PROMETHEUS_ERRORS = "llama_operator_prometheus_errors_total"
+
+# The activator's (router's) series (activator/proxy.py).
+ROUTER_HELD = "llama_router_held_requests"
+ROUTER_REQUESTS = "llama_router_requests_total"
+ROUTER_ACTIVATION_SECONDS = "llama_router_activation_seconds"
+ROUTER_NAMES = (ROUTER_HELD, ROUTER_REQUESTS, ROUTER_ACTIVATION_SECONDS)
 
 # Prometheus' own series.
 PROMETHEUS_UP = "up"

@@ -1,0 +1,116 @@
+"""`promtool check metrics` is clean on the operator's /metrics and the activator's, with every series
+present (observations, holdings, an unknown GPU), and both expose the process_* metrics.
+
+promtool is built by `e2e/cluster.sh up`; without it these tests skip locally and fail in CI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llama_operator.activator.proxy import RouterMetrics
+from llama_operator.infra import metrics as m
+from localcluster import info as cluster_info
+from localcluster.config import PROMETHEUS_VERSION, cache_paths
+from support import free_port
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    loaded = cluster_info.load()
+    candidates = [Path(p) for p in (os.environ.get("PROMTOOL"),) if p]
+    if loaded is not None and "promtool" in loaded.raw.get("binaries", {}):
+        candidates.append(Path(loaded.raw["binaries"]["promtool"]))
+    candidates.append(cache_paths().binary("promtool", PROMETHEUS_VERSION))
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        message = (
+            f"promtool not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def check(promtool: Path, exposition: bytes) -> str:
+    proc = subprocess.run(
+        [str(promtool), "check", "metrics"], input=exposition, capture_output=True, timeout=60, check=False
+    )
+    problems = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 0 and not problems.strip(), problems
+    return problems
+
+
+def busy_operator_metrics() -> m.OperatorMetrics:
+    metrics = m.OperatorMetrics(version="1.2.3")
+    metrics.reconciled("ok", 0.02)
+    metrics.wrote("Deployment")
+    metrics.api_error("Deployment", 409)
+    metrics.plan_refused("NoFittingAccelerator")
+    metrics.observe(
+        m.ServiceObservation(
+            namespace="team-a",
+            name="chat",
+            desired_replicas=2,
+            current_replicas=1,
+            ready_replicas=1,
+            min_replicas=1,
+            max_replicas=4,
+            ttft_seconds=0.4,
+            slo_ttft_seconds=0.5,
+            slo_percentile=95.0,
+            slo_met=True,
+            no_data_seconds=0.0,
+            slo_tpot_seconds=0.05,
+            activation_seconds=12.0,
+        )
+    )
+    metrics.scaled("team-a", "chat", current=1, replicas=2)
+    metrics.hold([m.Holding("team-a", "chat", gpus=2, price_per_gpu_hour=1.0)], now=0.0)
+    metrics.hold([m.Holding("team-a", "chat", gpus=2, price_per_gpu_hour=1.0)], now=60.0)
+    metrics.service_state("team-a", "chat", ready=False, degraded=True)
+    metrics.unknown_gpus({"NVIDIA-Future-GPU": 2})
+    metrics.cycle_seconds.observe(0.1)
+    metrics.prometheus_errors.inc()
+    return metrics
+
+
+def test_the_operators_metrics_endpoint_passes_promtool(promtool: Path) -> None:
+    metrics = busy_operator_metrics()
+    port = free_port()
+    server = m.serve("127.0.0.1", port, metrics, m.Health())
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            body = response.read()
+    finally:
+        server.shutdown()
+    text = body.decode()
+    for name in ("llama_operator_gpu_seconds_total", "llama_operator_slo_objective_ratio"):
+        assert name in text
+    assert "process_resident_memory_bytes" in text and "process_cpu_seconds_total" in text
+    assert "_bucket{" not in text.replace("llama_operator_reconcile_duration_seconds_bucket", "").replace(
+        "llama_operator_autoscaler_cycle_duration_seconds_bucket", ""
+    ), "only histograms have _bucket series"
+    check(promtool, body)
+
+
+def test_the_activators_metrics_pass_promtool(promtool: Path) -> None:
+    router = RouterMetrics()
+    router.held.labels(namespace="team-a", llamaservice="chat").set(1)
+    router.requests.labels(outcome="held_forwarded").inc()
+    router.activation.labels(namespace="team-a", llamaservice="chat").observe(12.0)
+    router.hold.observe(3.0)
+    body = router_exposition(router)
+    assert b"process_resident_memory_bytes" in body
+    check(promtool, body)
+
+
+def router_exposition(router: RouterMetrics) -> bytes:
+    from prometheus_client import generate_latest  # noqa: PLC0415
+
+    return generate_latest(router.registry)
