@@ -221,6 +221,8 @@ def test_hf_overrides_fp8_is_refused_on_a_t4_like_the_quantization_field() -> No
         ["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'],
         ["--allow-credentials"],  # CORS: a switch, no value that could be a secret
         ["--otlp-traces-endpoint", "http://collector.monitoring:4317"],
+        ["--hf-overrides", '{"eos_token": "</s>", "pad_token": "<pad>", "rope_theta": 500000}'],
+        ["--kv-transfer-config", '{"kv_connector_extra_config": {"cache_key": "x"}}'],
     ],
 )
 def test_json_and_listener_neighbours_that_change_nothing_owned_pass(args: list[str]) -> None:

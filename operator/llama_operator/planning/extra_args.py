@@ -152,8 +152,13 @@ SECRET_NAME = re.compile(
     r"authorization|cookie|bearer|private[-_]?key|sas)$",
     re.IGNORECASE,
 )
-# Names ending so that are not secrets (vLLM's own flags and keys).
-_NOT_SECRET_NAMES = re.compile(r"(hash_key|cache_key|sort_key|_monkey)$", re.IGNORECASE)
+# Names ending so that are not secrets: vLLM's and Hugging Face's own keys (a tokenizer's special tokens,
+# lookup keys).
+_NOT_SECRET_NAMES = re.compile(
+    r"((^|[-_.])(bos|eos|pad|unk|sep|cls|mask|image|video|audio|think|start|end|special|sot|eot)[-_]?token|"
+    r"(hash|cache|sort|partition|routing|group|prefix|lora|monkey)[-_]?key)$",
+    re.IGNORECASE,
+)
 # Values shaped like well-known credentials, wherever they appear: Hugging Face, OpenAI-style, GitHub,
 # GitLab, Slack and AWS tokens, JWTs, PEM private keys.
 SECRET_VALUE = re.compile(
