@@ -286,7 +286,7 @@ class Demo:
                 print(f"    {problem}")
             say(f"the operator's log: {STATE / 'operator.log'}; its readiness: {self.readyz()}")
             return 1
-        say("every example is Ready and chat-slo followed the load")
+        say("every example is Ready" + (" and chat-slo followed the load" if load_seconds > 0 else ""))
         return 0
 
     def readyz(self) -> str:
