@@ -12,12 +12,13 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from support import GROUP, Cluster, eventually, llamaservice_manifest, repo_root
+from support import GROUP, Cluster, OperatorProcess, eventually, llamaservice_manifest, repo_root
 
 pytestmark = pytest.mark.e2e
 
@@ -85,9 +86,23 @@ def _as(cluster: Cluster, user: str, *args: str, input_text: str | None = None) 
     return done.returncode, done.stdout + done.stderr
 
 
+def _wait_in_force(cluster: Cluster, namespace: str, deployment: str) -> None:
+    """The API server applies a new policy within seconds (its informer); a server-side dry run shows when,
+    without changing anything (a real edit made before then would stick, and repeat as a no-op)."""
+    eventually(
+        "the policy in force",
+        lambda: (
+            REFUSED
+            in _as(
+                cluster, TENANT, "delete", "-n", namespace, f"deployment/{deployment}", "--dry-run=server"
+            )[1]
+        ),
+    )
+
+
 @pytest.fixture
 def policy(cluster: Cluster, namespace: str) -> Iterator[Policy]:
-    label = uuid.uuid4().hex[:8]
+    label = f"l{uuid.uuid4().hex[:8]}"  # not a number to helm --set
     release = f"vap-{label}"
     cluster.kubectl("label", "namespace", namespace, f"e2e-admission-policy={label}")
     objects = _render_policy(cluster, release, namespace, label)
@@ -130,14 +145,11 @@ def test_a_tenant_cannot_change_an_owned_object_and_the_operator_can(
     )
     assert code == 0, out
 
-    def tenant_refused() -> str | None:
-        # The policy takes effect within a few seconds of its creation (the API server's informer).
-        code, out = _as(
-            cluster, TENANT, "set", "image", "-n", ns, "deployment/owned", "c=evil.example.com/x:1"
-        )
-        return out if code != 0 and REFUSED in out else None
-
-    message = eventually("the tenant's image edit refused", tenant_refused, timeout=60)
+    _wait_in_force(cluster, ns, "owned")
+    code, message = _as(
+        cluster, TENANT, "set", "image", "-n", ns, "deployment/owned", "c=evil.example.com/x:1"
+    )
+    assert code != 0 and REFUSED in message, message
     assert "change the LlamaService instead" in message
     assert TENANT in message
     deployment = cluster.get("deployment", "owned", ns) or {}
@@ -216,3 +228,90 @@ def test_kubernetes_controllers_still_act_on_owned_objects(cluster: Cluster, pol
         "the garbage collector deleting the owned Deployment",
         lambda: cluster.get("deployment", "owned", ns) is None,
     )
+
+
+def test_the_real_operator_under_the_policy_with_its_service_account_token(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The operator as the chart runs it (its own ServiceAccount's token and RBAC) creates and updates the
+    objects of a LlamaService while the policy is in force; a tenant's edit of the same objects is refused."""
+    label = f"l{uuid.uuid4().hex[:8]}"  # not a number to helm --set
+    release = f"vap-{label}"
+    fullname = f"{release}-llama-operator"
+    cluster.kubectl("label", "namespace", namespace, f"e2e-admission-policy={label}")
+    rendered = cluster.helm(
+        "template",
+        release,
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        namespace,
+        "--set",
+        f"watchNamespaces={{{namespace}}}",
+        "--set",
+        "admissionPolicy.enabled=true",
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/rbac.yaml",
+        "--show-only",
+        "templates/admission-policy.yaml",
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    objects = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    # Bound to the watched namespace by default, so other tests' operators are outside it.
+    binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        namespace
+    ]
+    cluster.kubectl(
+        "create", "rolebinding", "tenant-edit", "-n", namespace, "--clusterrole=edit", f"--user={TENANT}"
+    )
+    cluster.kubectl(
+        "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    proc = OperatorProcess(
+        cluster,
+        log_dir=tmp_path,
+        kubeconfig=cluster.info.service_account_kubeconfig(fullname, namespace, tmp_path / "sa.kubeconfig"),
+        extra_args=[f"--namespace={namespace}"],
+    )
+    try:
+        proc.start()
+        service = llamaservice_manifest("guarded", replicas=1)
+        assert cluster.apply(service, namespace).returncode == 0
+        eventually("the operator's Deployment", lambda: cluster.get("deployment", "guarded", namespace), 120)
+        eventually(
+            "a tenant's edit refused",
+            lambda: (
+                REFUSED
+                in _as(
+                    cluster,
+                    TENANT,
+                    "set",
+                    "image",
+                    "-n",
+                    namespace,
+                    "deployment/guarded",
+                    "vllm=evil.example.com/x:1",
+                )[1]
+            ),
+        )
+        # The operator still changes what it owns: a new replica count reaches the Deployment.
+        assert cluster.apply(llamaservice_manifest("guarded", replicas=2), namespace).returncode == 0
+
+        def scaled() -> bool:
+            deployment = cluster.get("deployment", "guarded", namespace) or {}
+            return bool(deployment.get("spec", {}).get("replicas") == 2)
+
+        eventually("the operator's update of its Deployment", scaled, 60)
+        assert "is controlled by a LlamaService" not in proc.log.read_text(), proc.tail()
+    finally:
+        proc.stop()
+        cluster.kubectl(
+            "delete", f"llamaservices.{GROUP}", "guarded", "-n", namespace, "--wait=false", check=False
+        )
+        for obj in reversed(objects):
+            if "namespace" not in obj["metadata"]:  # cluster-scoped: the namespace's deletion leaves them
+                cluster.kubectl(
+                    "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
+                )
