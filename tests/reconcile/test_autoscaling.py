@@ -46,14 +46,24 @@ def conditions(patch: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_first_evaluation_is_seeded_from_the_plan() -> None:
-    state = autoscaler_state({"plan": {"prefillTokensPerSecond": 10500}})
+    state = autoscaler_state({"plan": {"accelerator": "t4", "prefillTokensPerSecond": 10500}})
     assert state.capacity_prior_tokens_per_second == 10500
     assert state.capacity_tokens_per_second == 10500
     learned = state.model_copy(update={"capacity_tokens_per_second": 8000.0})
     again = autoscaler_state(
-        {"plan": {"prefillTokensPerSecond": 10500}, "autoscaling": {"state": learned.to_wire()}}
+        {
+            "plan": {"accelerator": "t4", "prefillTokensPerSecond": 10500},
+            "autoscaling": {"state": learned.to_wire()},
+        }
     )
     assert again.capacity_tokens_per_second == 8000.0  # what was learned survives a restart
+
+
+def test_a_plan_written_by_a_newer_operator_still_seeds() -> None:
+    newer = {"accelerator": "t4", "prefillTokensPerSecond": 10500, "fieldOfANewerVersion": {"x": 1}}
+    assert autoscaler_state({"plan": newer}).capacity_prior_tokens_per_second == 10500
+    unreadable = {"accelerator": "t4", "prefillTokensPerSecond": "fast"}
+    assert autoscaler_state({"plan": unreadable}).capacity_prior_tokens_per_second is None
 
 
 def test_no_data_holds_sets_condition_and_warns_once() -> None:
@@ -82,7 +92,9 @@ def test_no_data_holds_sets_condition_and_warns_once() -> None:
 
 def test_scale_up_records_decision_and_event() -> None:
     sig = signals(SignalStatus.OK, waiting=40, ttft=3.0, rate=20)
-    decision = decide(SPEC, sig, autoscaler_state({"plan": {"prefillTokensPerSecond": 10500}}), 1000.0)
+    decision = decide(
+        SPEC, sig, autoscaler_state({"plan": {"accelerator": "t4", "prefillTokensPerSecond": 10500}}), 1000.0
+    )
     out = autoscale_outcome(
         None, decision, sig, slo_ttft_seconds=0.5, prometheus_error=None, generation=1, now=NOW
     )
@@ -162,6 +174,7 @@ def test_condition_transitions_name_the_move_and_the_reason() -> None:
 
 
 PLAN_STEPS = {
+    "accelerator": "t4",
     "prefillTokensPerSecond": 6600,
     "decodeStepSeconds": 0.0143,
     "decodeSecondsPerContextToken": 1.365e-7,

@@ -14,7 +14,6 @@ The step-time model (catalog/performance.py, design brief "Simulator calibration
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -35,21 +34,23 @@ MODELS: dict[str, str] = {
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
 }
 
-# Every GPU of the catalog, whole and as each of its MIG slices.
-ACCELERATORS: tuple[str, ...] = tuple(
-    name
+# Every GPU of the catalog, whole and as each of its MIG slices: name -> spec.accelerator.
+_HARDWARE: dict[str, dict[str, str]] = {
+    name: wanted
     for accelerator in CATALOG.values()
     if accelerator.is_gpu
-    for name in (
-        accelerator.type.value,
-        *(f"{accelerator.type.value}-{profile.name}" for profile in accelerator.mig_profiles),
+    for name, wanted in (
+        (str(accelerator.type), {"type": str(accelerator.type)}),
+        *(
+            (f"{accelerator.type}-{profile.name}", {"type": str(accelerator.type), "mig": profile.name})
+            for profile in accelerator.mig_profiles
+        ),
     )
-)
+}
+ACCELERATORS: tuple[str, ...] = tuple(_HARDWARE)
 
 # vLLM's default --max-num-seqs: what a replica runs with when the scenario does not take the plan's.
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
-
-_SLICE = re.compile(r"(?P<type>.+gb)-(?P<mig>\d+g\.\d+gb)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +96,7 @@ def planned_engine(accelerator: str, model: str, autoscaling: AutoscalingSpec | 
         raise ValueError(f"unknown accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
-    sliced = _SLICE.fullmatch(accelerator)
-    wanted = {"type": sliced["type"], "mig": sliced["mig"]} if sliced else {"type": accelerator}
-    spec: dict[str, object] = {"model": {"name": MODELS[model]}, "accelerator": wanted}
+    spec: dict[str, object] = {"model": {"name": MODELS[model]}, "accelerator": _HARDWARE[accelerator]}
     if autoscaling is not None:
         spec["autoscaling"] = autoscaling.to_wire()
     try:

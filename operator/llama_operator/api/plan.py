@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from llama_operator.api.base import WireModel
 
@@ -106,3 +107,16 @@ class Plan(WireModel):
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )
+
+
+def status_plan(status: Mapping[str, Any] | None) -> Plan | None:
+    """status.plan, typed: None while there is none (or it cannot be read). Fields this version does not
+    know (a newer operator wrote them, before a rollback) are left out rather than refusing the plan."""
+    raw = (status or {}).get("plan")
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    known = {field.alias or name for name, field in Plan.model_fields.items()}
+    try:
+        return Plan.model_validate({key: value for key, value in raw.items() if key in known})
+    except ValidationError:
+        return None

@@ -16,11 +16,13 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
-from llama_operator.api.spec import LlamaServiceSpec
+from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.catalog.accelerators import accelerator
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
 from llama_operator.handlers.indexes import activator_route, owned_deployment
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
@@ -45,20 +47,14 @@ from llama_operator.reconcile.ownership import object_uid
 log = logging.getLogger(__name__)
 
 
-def autoscaled(spec: Any) -> bool:
-    autoscaling = (spec or {}).get("autoscaling") or {}
-    return bool(autoscaling) and bool(autoscaling.get("enabled", True))
-
-
-def service_view(body: dict[str, Any], deployment: dict[str, Any] | None) -> ServiceView | None:
+def service_view(autoscaling: AutoscalingSpec, deployment: dict[str, Any] | None) -> ServiceView | None:
     """Replica counts from the Deployment; None until it exists."""
     if deployment is None:
         return None
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
     ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
-    slo = ((body.get("spec") or {}).get("autoscaling") or {}).get("slo") or {}
     return ServiceView(
-        percentile=float(slo.get("percentile", 95)),
+        percentile=autoscaling.slo.percentile,
         ready_replicas=ready,
         starting_replicas=max(0, current - ready),
         current_replicas=current,
@@ -136,18 +132,24 @@ class DueRefresh:
 
 def holding(key: ServiceKey, body: dict[str, Any], deployment: dict[str, Any] | None) -> Holding | None:
     """GPUs one LlamaService holds now: its Deployment's replicas x the plan's GPUs per replica."""
-    plan = (body.get("status") or {}).get("plan") or {}
-    if deployment is None or not plan:
+    plan = status_plan(body.get("status"))
+    if deployment is None or plan is None:
         return None
-    count = int(plan.get("count") or 1) if plan.get("accelerator") != "cpu" else 0
+    count = plan.count if _is_gpu(plan.accelerator) else 0
     replicas = int((deployment.get("spec") or {}).get("replicas") or 0)
-    price = plan.get("pricePerHour")
     return Holding(
         namespace=key[0],
         name=key[1],
         gpus=replicas * count,
-        price_per_gpu_hour=float(price) / count if price is not None and count else None,
+        price_per_gpu_hour=plan.price_per_hour / count if count else None,
     )
+
+
+def _is_gpu(accelerator_type: str) -> bool:
+    try:
+        return accelerator(accelerator_type).is_gpu
+    except (KeyError, ValueError):  # a type this version's catalog does not know: a GPU it cannot price
+        return True
 
 
 def autoscale_cycle(
@@ -163,9 +165,15 @@ def autoscale_cycle(
             gpus = holding(key, body, deployment)
             if gpus is not None:
                 held.append(gpus)
-            if body["metadata"].get("deletionTimestamp") or not autoscaled(body.get("spec")):
+            if body["metadata"].get("deletionTimestamp") or not (body.get("spec") or {}).get("autoscaling"):
+                continue  # going, or no autoscaling to parse (parsed specs are kept for autoscaled ones only)
+            try:
+                autoscaling = memory.spec(key, body).active_autoscaling
+            except InvalidSpecError:
+                continue  # the reconciler reports a bad spec
+            if autoscaling is None:
                 continue
-            view = service_view(body, deployment)
+            view = service_view(autoscaling, deployment)
             if deployment is not None and view is not None:
                 services.append((key, body, deployment, view))
     live_keys = {key for key, *_ in services}

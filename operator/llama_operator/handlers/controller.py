@@ -20,6 +20,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.labels import (
@@ -341,8 +342,10 @@ async def activator_endpoints_event(
 
 
 def scales_to_zero(spec: Any) -> bool:
-    autoscaling = (spec or {}).get("autoscaling") or {}
-    return bool(autoscaling) and autoscaling.get("enabled", True) and autoscaling.get("minReplicas", 1) == 0
+    try:
+        return parse_spec(spec).scales_to_zero
+    except InvalidSpecError:
+        return False  # the reconciler reports a bad spec
 
 
 POD_MONITOR_CRD = "podmonitors.monitoring.coreos.com"

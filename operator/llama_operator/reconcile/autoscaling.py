@@ -19,6 +19,7 @@ from llama_operator.api.conditions import (
     rfc3339,
     set_condition,
 )
+from llama_operator.api.plan import Plan, status_plan
 from llama_operator.autoscale.policy import Decision
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.execution import Event
@@ -42,23 +43,23 @@ def autoscaler_state(
     corrects from what it observes."""
     status = status or {}
     state = remembered or _persisted_state((status.get("autoscaling") or {}).get("state") or {})
-    plan = status.get("plan") or {}
-    prior = float(plan.get("prefillTokensPerSecond") or 0.0)
+    plan = status_plan(status) or Plan(accelerator="")  # none yet: every estimate below unknown (0)
+    prior = float(plan.prefill_tokens_per_second)
     if state.capacity_prior_tokens_per_second is None and prior > 0:
         state = state.model_copy(
             update={"capacity_prior_tokens_per_second": prior, "capacity_tokens_per_second": prior}
         )
     # The plan's step model (decode capacity within the TPOT objective) follows the plan: a new plan
     # (another accelerator, another chunk) replaces it, nothing is learned into it.
-    budget, seqs = int(plan.get("maxNumBatchedTokens") or 0), int(plan.get("maxNumSeqs") or 0)
+    budget, seqs = plan.max_num_batched_tokens, plan.max_num_seqs
     steps = {
-        "decode_step_seconds": float(plan.get("decodeStepSeconds") or 0.0) or None,
-        "decode_seconds_per_context_token": float(plan.get("decodeSecondsPerContextToken") or 0.0) or None,
-        "prefill_seconds_per_token": float(plan.get("prefillSecondsPerToken") or 0.0) or None,
+        "decode_step_seconds": plan.decode_step_seconds or None,
+        "decode_seconds_per_context_token": plan.decode_seconds_per_context_token or None,
+        "prefill_seconds_per_token": plan.prefill_seconds_per_token or None,
         # vLLM's step budget counts the batch's decode tokens: beside a full batch, the chunk is the rest.
         "chunk_tokens": max(budget - seqs, 1) if budget else None,
         "max_num_seqs": seqs or None,
-        "kv_cache_tokens": int(plan.get("kvCacheTokens") or 0) or None,
+        "kv_cache_tokens": plan.kv_cache_tokens or None,
     }
     if any(getattr(state, key) != value for key, value in steps.items()):
         state = state.model_copy(update=steps)

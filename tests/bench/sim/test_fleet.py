@@ -128,7 +128,7 @@ def test_flaps_are_ups_followed_by_downs_within_five_minutes() -> None:
 def test_every_accelerator_has_a_plausible_profile(accelerator: str) -> None:
     profile = replica_profile(accelerator)
     assert 0.003 < profile.step_base_seconds < 0.03  # batch-1 decode step, ms range of the brief
-    assert 5_000 < profile.prefill_tokens_per_second < 200_000
+    assert 5_000 < profile.prefill_tokens_per_second < 500_000
     assert profile.kv_capacity_tokens > 10_000
     assert math.isfinite(profile.price_per_hour)
 
