@@ -189,6 +189,19 @@ def test_every_refused_layout_flag_is_a_flag_of_the_pinned_vllm() -> None:
         (["--speculative-config", '{"model": "d", "max_model_len": 99999}'], "spec.engine.maxModelLen"),
         (["--speculative-config.quantization", "fp8"], "spec.engine.quantization"),
         (["--hf-overrides.quantization_config.quant_method", "fp8"], "spec.engine.quantization"),
+        (["--speculative-config", '{"model": "d", "kv_cache_dtype": "fp8"}'], "--kv-cache-dtype"),
+        (
+            ["--speculative-config", '{"model": "d", "attention_backend": "FLASH_ATTN"}'],
+            "--attention-backend",
+        ),
+        (
+            ["--speculative-config", '{"model": "d", "draft_load_config": {"download_dir": "/"}}'],
+            "spec.model.cache",
+        ),
+        (
+            ["--speculative-config", '{"model": "d", "draft_tensor_parallel_size": 8}'],
+            "spec.accelerator.count",
+        ),
         (["--hf-overrides.text_config", '{"num_hidden_layers": 2}'], "spec.model.architecture"),
     ],
 )

@@ -128,6 +128,17 @@ HF_OVERRIDE_KEYS: dict[str, str] = {
     "vocab_size": "set spec.model.architecture.parameters (the planner sizes the weights from it)",
     "auto_map": "it names remote code to import; set spec.model.trustRemoteCode where the platform allows it",
 }
+# Keys of the free-form JSON flags (--speculative-config's draft settings) that the planner checks or
+# chooses for the engine: the draft follows the target's when they are unset, so they are refused here rather
+# than left unchecked (an fp8 KV cache for the draft on a T4 would crash the pod as the engine's would).
+PLANNED_JSON_KEYS: dict[str, str] = {
+    "kv_cache_dtype": "give it as --kv-cache-dtype (checked against the accelerator); the draft follows it",
+    "attention_backend": "give it as --attention-backend (checked against the accelerator); the draft "
+    "follows it",
+    "enforce_eager": "give it as --enforce-eager; the draft follows it",
+    "draft_load_config": "the draft loads as the model does (spec.model.cache)",
+    "draft_tensor_parallel_size": "set spec.accelerator.count; the draft follows it",
+}
 # Keys of any JSON flag (at any depth) that would set again what an owned flag sets; by the owned flag's
 # dest. Exempt: what a JSON flag means for its own part (the draft model of --speculative-config).
 _OWN_KEYS_OF_JSON_FLAGS: dict[str, frozenset[str]] = {"speculative_config": frozenset({"model", "revision"})}
@@ -494,6 +505,8 @@ def _check_json(
             )
         if flag.type != "json" and top in OWNED_FLAGS and top not in exempt:
             raise PlanningError(f"{where} sets {top}, which the operator sets; {OWNED_FLAGS[top]}")
+        if flag.type != "json" and top in PLANNED_JSON_KEYS:
+            raise PlanningError(f"{where} sets {top}, which the planner checks; {PLANNED_JSON_KEYS[top]}")
 
 
 def _check_code_allowed(flag: Flag, where: str, policy: CodePolicy, key: str | None = None) -> None:
