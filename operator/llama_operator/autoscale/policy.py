@@ -97,13 +97,12 @@ class Decision:
     desired_replicas: int
     reason: str
     state: AutoscalerState
-    needed_replicas: int | None  # replicas the load needs (None on no data), before min/max
-    scaling_limited: bool  # the SLO needs more than maxReplicas
-    limited_message: str | None
-    slo_met: (
-        bool | None
-    )  # observed TTFT (and TPOT) percentile within the SLO; None when there is no observation
-    no_data: bool
+    needed_replicas: int | None = None  # replicas the load needs (None on no data), before min/max
+    scaling_limited: bool = False  # the SLO needs more than maxReplicas
+    limited_message: str | None = None
+    # Observed TTFT (and TPOT) percentile within the SLO; None when there is no observation.
+    slo_met: bool | None = None
+    no_data: bool = False
     scaled_to_zero: bool = False  # the decision leaves the service with no replica (idle)
 
 
@@ -128,32 +127,7 @@ def decide(
         return _at_zero(spec, signals, state, now)
 
     if signals.status is SignalStatus.NO_DATA:
-        since = state.no_data_since if state.no_data_since is not None else now
-        desired = min(max(current, low), high)  # never scale down blind; still honour min/max
-        return Decision(
-            desired_replicas=desired,
-            reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
-            # A breach is only persistent while it is seen: the outage restarts its clock. So is idleness.
-            # A replica woken from zero (no pod had metrics) is recorded as starting, so the queue it finds
-            # on joining (the requests the activator held) is its to drain, as after any scale-up.
-            state=state.model_copy(
-                update={
-                    "no_data_since": since,
-                    "slo_breach_since": None,
-                    "idle_since": None,
-                    "last_starting_time": (
-                        now
-                        if signals.starting_replicas > 0 and state.activation_requested_time is not None
-                        else state.last_starting_time
-                    ),
-                }
-            ),
-            needed_replicas=None,
-            scaling_limited=False,
-            limited_message=None,
-            slo_met=None,
-            no_data=True,
-        )
+        return _hold_without_data(signals, state, now, low, high)
 
     idle_since = _idle_since(spec, signals, state, now)
     idle_long_enough = idle_since is not None and now - idle_since >= spec.scale_to_zero_after_seconds
@@ -220,26 +194,10 @@ def decide(
         desired = recommended
         reason = f"scale up {current} -> {desired}: {need.why}"
     elif recommended < current:
-        floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
-        if slo_met is False:
-            # Whatever the model says, fewer replicas cannot mend a TTFT already above the SLO.
-            reason = f"holding {current}: {need.why}, but TTFT is above the SLO"
-        elif stabilized >= current:
-            reason = (
-                f"holding {current}: {need.why}, but {stabilized} were needed in the last "
-                f"{_window_words(window, spec)}"
-            )
-        elif last_down is not None and now - last_down < spec.scale_down_interval_seconds:
-            reason = (
-                f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago, "
-                f"scaleDownIntervalSeconds is {spec.scale_down_interval_seconds}s"
-            )
-        else:
-            desired = max(stabilized, floor, low)
-            reason = (
-                f"scale down {current} -> {desired}: {need.why}; highest need in the last "
-                f"{_window_words(window, spec)}"
-            )
+        desired, reason = _scale_down(
+            spec, tuning, current=current, need=need, stabilized=stabilized, window=window,
+            slo_met=slo_met, last_down=last_down, now=now, low=low,
+        )  # fmt: skip
     else:
         reason = f"steady at {current}: {need.why}"
 
@@ -269,7 +227,69 @@ def decide(
         scaling_limited=limited,
         limited_message=limited_message,
         slo_met=slo_met,
-        no_data=False,
+    )
+
+
+def _scale_down(
+    spec: AutoscalingSpec,
+    tuning: PolicyTuning,
+    *,
+    current: int,
+    need: _Need,
+    stabilized: int,
+    window: float,
+    slo_met: bool | None,
+    last_down: float | None,
+    now: float,
+    low: int,
+) -> tuple[int, str]:
+    """Fewer replicas are recommended: how many to keep, and why. Down in steps (at most a fraction at a
+    time), never below the window's highest need, never while the SLO is broken, at most once an interval."""
+    floor = current - max(1, math.floor(current * tuning.max_scale_down_fraction))
+    if slo_met is False:
+        # Whatever the model says, fewer replicas cannot mend a TTFT already above the SLO.
+        return current, f"holding {current}: {need.why}, but TTFT is above the SLO"
+    if stabilized >= current:
+        return current, (
+            f"holding {current}: {need.why}, but {stabilized} were needed in the last "
+            f"{_window_words(window, spec)}"
+        )
+    if last_down is not None and now - last_down < spec.scale_down_interval_seconds:
+        return current, (
+            f"holding {current}: {need.why}; last scale-down {now - last_down:.0f}s ago, "
+            f"scaleDownIntervalSeconds is {spec.scale_down_interval_seconds}s"
+        )
+    desired = max(stabilized, floor, low)
+    return desired, (
+        f"scale down {current} -> {desired}: {need.why}; highest need in the last {_window_words(window, spec)}"
+    )
+
+
+def _hold_without_data(signals: Signals, state: AutoscalerState, now: float, low: int, high: int) -> Decision:
+    """No metrics: hold the replicas (within the bounds), never scaling down blind."""
+    current = signals.current_replicas
+    since = state.no_data_since if state.no_data_since is not None else now
+    desired = min(max(current, low), high)  # never scale down blind; still honour min/max
+    return Decision(
+        desired_replicas=desired,
+        reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
+        # A breach is only persistent while it is seen: the outage restarts its clock. So is idleness.
+        # A replica woken from zero (no pod had metrics) is recorded as starting, so the queue it finds
+        # on joining (the requests the activator held) is its to drain, as after any scale-up.
+        state=state.model_copy(
+            update={
+                "no_data_since": since,
+                "slo_breach_since": None,
+                "idle_since": None,
+                "last_starting_time": (
+                    now
+                    if signals.starting_replicas > 0 and state.activation_requested_time is not None
+                    else state.last_starting_time
+                ),
+            }
+        ),
+        needed_replicas=None,
+        no_data=True,
     )
 
 
@@ -310,10 +330,6 @@ def _to_zero(
             }
         ),
         needed_replicas=0,
-        scaling_limited=False,
-        limited_message=None,
-        slo_met=None,
-        no_data=False,
         scaled_to_zero=True,
     )
 
@@ -334,10 +350,6 @@ def _at_zero(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, no
             reason="scaled to zero: idle, no request held by the activator",
             state=state.model_copy(update={"no_data_since": None, "idle_since": None}),
             needed_replicas=0,
-            scaling_limited=False,
-            limited_message=None,
-            slo_met=None,
-            no_data=False,
             scaled_to_zero=True,
         )
     desired = min(1, spec.max_replicas)
@@ -355,10 +367,6 @@ def _at_zero(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, no
             }
         ),
         needed_replicas=desired,
-        scaling_limited=False,
-        limited_message=None,
-        slo_met=None,
-        no_data=False,
     )
 
 
