@@ -40,6 +40,25 @@ image-lock: setup
 	$(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
 	  | $(VENV)/bin/uv pip compile - $(IMAGE_LOCK_FLAGS) -o images/operator/build-requirements.lock
 
+# The operator image without Docker: images/operator/Dockerfile built by buildah on a base made from Debian's
+# packages, run (--version, run --help), exported to dist/llama-operator-VERSION.oci.tar with a CycloneDX
+# SBOM beside it (dist/llama-operator-VERSION.cdx.json). `make release VERSION=x.y.z` sets the chart's and
+# the package's version (CHANGELOG.md needs its section first), packages the chart and pushes chart and
+# image to REGISTRY (default: the local registry, `make registry`, on 127.0.0.1).
+.PHONY: image sbom registry registry-down release
+IMAGEBUILD := PYTHONPATH=e2e nice python3 -m imagebuild
+image:
+	$(IMAGEBUILD) image $(if $(VERSION),--version $(VERSION))
+sbom: image
+	@ls dist/llama-operator-*.cdx.json
+registry:
+	$(IMAGEBUILD) registry up
+registry-down:
+	$(IMAGEBUILD) registry down
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [REGISTRY=host:port]"; exit 2; }
+	$(IMAGEBUILD) release --version $(VERSION) $(if $(REGISTRY),--registry $(REGISTRY))
+
 # The Grafana dashboard and the PrometheusRule template, from the operator's metric names (CI fails when
 # the committed files drift).
 monitoring: setup
