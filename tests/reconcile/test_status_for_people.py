@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from llama_operator.api.autoscaling import AutoscalerState, unix_to_rfc3339
+from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.crd import PRINTER_COLUMNS
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.api.times import micro_rfc3339
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.autoscaling import (
@@ -99,7 +100,7 @@ def test_policy_times_are_rfc3339_in_status_and_read_back_exactly() -> None:
     again = AutoscalerState.model_validate(wire)
     assert again.to_wire() == wire  # a round trip through status changes nothing
     assert again.last_scale_down_time == pytest.approx(1796232304.4577453, abs=1e-6)
-    assert unix_to_rfc3339(0) == "1970-01-01T00:00:00.000000Z"
+    assert micro_rfc3339(0) == "1970-01-01T00:00:00.000000Z"
     with pytest.raises(ValueError, match="not an RFC 3339 time"):
         AutoscalerState.model_validate({"noDataSince": "yesterday"})
 

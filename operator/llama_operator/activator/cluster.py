@@ -25,6 +25,7 @@ from llama_operator.activator.routing import (
     parse_allowed,
 )
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.api.times import micro_rfc3339
 from llama_operator.desired.labels import (
     ACTIVATION_REQUESTED_ANNOTATION,
     DEMAND_LABEL,
@@ -43,10 +44,6 @@ log = logging.getLogger(__name__)
 # points back at the router, nor a hand-made one). That controller does not copy the Service's labels, so
 # every Service's slices are watched (as kube-proxy does) and matched to LlamaServices by the Service name.
 VLLM_SLICES = "endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def demand_lease_name(key: ServiceKey) -> str:
@@ -202,7 +199,7 @@ class ClusterView:
                     **annotations,
                 },
             },
-            "spec": {"holderIdentity": self.identity, "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            "spec": {"holderIdentity": self.identity, "renewTime": micro_rfc3339(now)},
         }
         try:
             coordination.patch_namespaced_lease(name, self.own_namespace, body)
@@ -219,10 +216,10 @@ class ClusterView:
                 log.warning("demand Lease %s/%s: %s %s", self.own_namespace, name, err2.status, err2.reason)
 
     def request_activation(self, key: ServiceKey, uid: str, at: float) -> None:
-        self.report(key, uid, {ACTIVATION_REQUESTED_ANNOTATION: rfc3339(at)})
+        self.report(key, uid, {ACTIVATION_REQUESTED_ANNOTATION: micro_rfc3339(at)})
 
     def record_activation(self, key: ServiceKey, uid: str, seconds: float, at: float) -> None:
-        value = json.dumps({"seconds": round(seconds, 3), "time": rfc3339(at)}, separators=(",", ":"))
+        value = json.dumps({"seconds": round(seconds, 3), "time": micro_rfc3339(at)}, separators=(",", ":"))
         self.report(key, uid, {LAST_ACTIVATION_ANNOTATION: value})
 
     # --- watches ----------------------------------------------------------------------------------------

@@ -3,12 +3,13 @@ state (kept here, in the CR, so an operator restart loses nothing)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from llama_operator.api.base import WireModel
+from llama_operator.api.times import micro_rfc3339
 
 
 def unix_time(value: object) -> object:
@@ -24,17 +25,11 @@ def unix_time(value: object) -> object:
     return value
 
 
-def unix_to_rfc3339(seconds: float) -> str:
-    """Unix seconds as Kubernetes' MicroTime writes them: UTC, microseconds, Z (a round trip through
-    unix_time gives the same string: the policy's arithmetic keeps its precision)."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 # A time the pure policy does arithmetic on (unix seconds, a float) and status shows as RFC 3339.
 Time = Annotated[
     float,
     BeforeValidator(unix_time),
-    PlainSerializer(unix_to_rfc3339, return_type=str, when_used="json"),
+    PlainSerializer(micro_rfc3339, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 

@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from llama_operator.api.base import WireModel
+from llama_operator.api.times import rfc3339
 
 
 class ConditionType(StrEnum):
@@ -42,10 +43,6 @@ class Condition(WireModel):
     observed_generation: Annotated[
         int | None, Field(description="The spec generation this condition was computed from.")
     ] = None
-
-
-def rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(

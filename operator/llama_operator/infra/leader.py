@@ -22,6 +22,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from llama_operator.api.times import micro_rfc3339
+
 log = logging.getLogger(__name__)
 
 
@@ -44,10 +46,6 @@ class LeaseObserver:
             self.record, self.changed_at = (holder, renew_time), now
             return False
         return now - self.changed_at >= lease_seconds
-
-
-def _micro_time(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # HTTP statuses that retrying will not cure: the request itself is refused (RBAC, credentials, a missing
@@ -133,7 +131,7 @@ class LeaderElection:
 
     # --- one round, synchronous (runs in a thread) ----------------------------------------------
     def _body(self, lease: Any | None, *, acquire: bool) -> dict[str, Any]:
-        now = _micro_time(datetime.now(UTC))
+        now = micro_rfc3339(datetime.now(UTC))
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_seconds),

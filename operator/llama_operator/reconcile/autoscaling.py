@@ -16,10 +16,10 @@ from llama_operator.api.conditions import (
     ConditionStatus,
     ConditionType,
     find_condition,
-    rfc3339,
     set_condition,
 )
 from llama_operator.api.plan import Plan, status_plan
+from llama_operator.api.times import rfc3339
 from llama_operator.autoscale.policy import Decision
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.execution import Event
