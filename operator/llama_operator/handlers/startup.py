@@ -55,7 +55,8 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PREFIX, key="last-handled-configuration"
     )
-    # kopf's finalizer guards the autoscaler timers (stopped before a LlamaService goes); name it ours.
+    # No handler of ours needs a finalizer (no timers or daemons: one autoscaler loop, and deletion is the
+    # garbage collector's); should kopf ever add one, it carries our name.
     settings.persistence.finalizer = f"{PREFIX}/autoscaler"
     # Without these, a silently dropped watch connection hangs the operator (kopf issues 204, 698).
     settings.watching.server_timeout = 300
