@@ -87,6 +87,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else }}{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
 {{- end }}
 
+{{/* The activator's image: activator.image.* where set, else the operator's image values. */}}
+{{- define "llama-operator.activatorImage" -}}
+{{- $own := .Values.activator.image | default dict -}}
+{{- $repository := $own.repository | default .Values.image.repository -}}
+{{- if $own.digest }}{{ printf "%s@%s" $repository $own.digest }}
+{{- else if $own.tag }}{{ printf "%s:%s" $repository $own.tag }}
+{{- else if and (not $own.repository) .Values.image.digest }}{{ printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}{{ printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
+{{- end }}
+
 {{/* The operator's configuration: .Values.config plus the files that .Values.prometheus mounts (the
 Secrets stay Secrets: the ConfigMap holds only their paths). */}}
 {{- define "llama-operator.prometheusDir" -}}/etc/llama-operator-prometheus{{- end }}

@@ -47,6 +47,25 @@ class ImageValues(ValuesModel):
     ] = "IfNotPresent"
 
 
+class ActivatorImageValues(ValuesModel):
+    """The activator's image: by default the operator's (the same program, `llama-operator activator`)."""
+
+    repository: Annotated[str, Field(description="Default: image.repository (the operator's).")] = ""
+    tag: Annotated[
+        str, Field(description="Default: image.tag, then the chart's appVersion (or image.digest).")
+    ] = ""
+    digest: Annotated[
+        str,
+        Field(
+            description="sha256:... to pin the activator's image by digest (wins over tag).",
+            pattern=r"^(sha256:[0-9a-f]{64})?$",
+        ),
+    ] = ""
+    pull_policy: Annotated[
+        Literal["", "Always", "IfNotPresent", "Never"], Field(description="Default: image.pullPolicy.")
+    ] = ""
+
+
 class LocalObjectReference(ValuesModel):
     name: Annotated[
         str, Field(description="A Secret in the release namespace.", min_length=1, max_length=253)
@@ -296,6 +315,7 @@ class ActivatorValues(ValuesModel):
     replica_count: Annotated[
         int, Field(description="Activator replicas (stateless: any replica holds any request).", ge=1, le=20)
     ] = 2
+    image: ActivatorImageValues = Field(default_factory=ActivatorImageValues)
     port: Annotated[int, Field(description="The proxy's port.", ge=1, le=65535)] = 8000
     admin_port: Annotated[int, Field(description="Port of /metrics, /healthz, /readyz.", ge=1, le=65535)] = (
         9090
