@@ -216,3 +216,25 @@ def test_watch_namespaces_as_the_docs_set_it(helm: Path) -> None:
     docs = render(helm, "--set", "watchNamespaces={team-a,team-b}")
     args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
+
+
+def test_a_platform_adds_a_gpu_through_values(helm: Path, tmp_path: Path) -> None:
+    h20 = {
+        "memoryMiB": 97871,
+        "bandwidthGBps": 4000,
+        "fp16Tflops": 148,
+        "computeCapability": "9.0",
+        "pricePerHour": 2.0,
+        "productLabels": ["NVIDIA-H20"],
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": {"accelerators": {"h20": h20, "t4": {"pricePerHour": 0.3}}}}))
+    config = operator_config(render(helm, "-f", str(values)))
+    assert config["accelerators"]["h20"] == h20
+    # What the chart passes is what the operator loads (api/settings.py).
+    from llama_operator.api.settings import Settings  # noqa: PLC0415
+
+    assert Settings.model_validate(config).accelerators["t4"].price_per_hour == 0.3
+    values.write_text(yaml.safe_dump({"config": {"accelerators": {"h20": {**h20, "memoryMiB": "lots"}}}}))
+    proc = template(helm, "-f", str(values))
+    assert proc.returncode != 0 and "memoryMiB" in proc.stderr

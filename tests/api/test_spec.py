@@ -63,7 +63,10 @@ def test_issue_example_parses() -> None:
         ({"accelerator": {"type": "t4", "mig": "1g.10gb"}}, "accelerator.mig is only valid on"),
         ({"accelerator": {"type": "a100-40gb", "mig": "1g.10gb"}}, "use one of 1g.5gb"),
         ({"accelerator": {"type": "a100-80gb", "mig": "1g.10gb", "count": 2}}, "count must be 1 with a MIG"),
-        ({"accelerator": {"type": "tpu"}}, "spec.accelerator.type"),
+        (
+            {"accelerator": {"type": "TPU_v5"}},
+            "spec.accelerator.type",
+        ),  # not a name: "tpu" is one (planning refuses it)
         ({"autoscaling": {"slo": {"ttftSeconds": -1}}}, "spec.autoscaling.slo.ttftSeconds"),
         ({"engine": {"maxNumSeqs": 0}}, "maxNumSeqs must be 'auto' or between 1 and 4096"),
         (

@@ -79,7 +79,7 @@ def test_mig_slice_fractions_and_bandwidth() -> None:
         ("NVIDIA-A100-SXM4-80GB", AcceleratorType.A100_80GB, None),
         ("NVIDIA-A100-SXM4-40GB", AcceleratorType.A100_40GB, None),
         ("NVIDIA-H100-80GB-HBM3", AcceleratorType.H100_80GB, None),
-        ("NVIDIA-H100-PCIe", AcceleratorType.H100_80GB, None),
+        ("NVIDIA-H100-PCIe", AcceleratorType.H100_PCIE, None),
         ("A100-SXM4-40GB-MIG-1g.5gb", AcceleratorType.A100_40GB, "1g.5gb"),
         ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", AcceleratorType.H100_80GB, "1g.10gb"),
     ],

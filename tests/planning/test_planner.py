@@ -267,7 +267,7 @@ def test_70b_on_t4_names_needed_available_and_smallest_option() -> None:
     assert "does not fit on t4" in message
     assert "needs 13" in message and "GiB" in message  # ~136 GiB
     assert "t4 has 15.0 GiB" in message
-    assert "smallest catalog option that fits is 2xh100-80gb" in message
+    assert "smallest catalog option that fits is 2xh100-pcie" in message
 
 
 def test_explicit_max_model_len_too_big_states_the_largest() -> None:

@@ -34,8 +34,8 @@ architectures = st.fixed_dictionaries(
 
 # Every GPU option of the catalog: whole GPUs in tensor-parallel counts and every MIG slice.
 gpu_options = st.sampled_from(
-    [{"type": a.type.value, "count": n} for a in ACCELERATORS.values() if a.is_gpu for n in (1, 2, 4, 8)]
-    + [{"type": a.type.value, "mig": p.name} for a in ACCELERATORS.values() for p in a.mig_profiles]
+    [{"type": str(a.type), "count": n} for a in ACCELERATORS.values() if a.is_gpu for n in (1, 2, 4, 8)]
+    + [{"type": str(a.type), "mig": p.name} for a in ACCELERATORS.values() for p in a.mig_profiles]
 )
 engines = st.fixed_dictionaries(
     {
@@ -92,7 +92,7 @@ def test_monotone_in_memory(
 ) -> None:
     """More memory (as a node labels it) never plans fewer KV tokens or a shorter context, nor fails."""
     smaller, larger = (inventory_from_nodes([gpu_node("n", product, 1, memory_mib=m)]) for m in memories)
-    accel_type = next(a.type.value for a in ACCELERATORS.values() if product in a.product_labels)
+    accel_type = next(str(a.type) for a in ACCELERATORS.values() if product in a.product_labels)
     small = _try_plan({"type": accel_type}, engine, arch, inventory=smaller)
     large = _try_plan({"type": accel_type}, engine, arch, inventory=larger)
     if small is None:
@@ -174,8 +174,8 @@ def test_auto_plan_is_never_pricier_than_any_fitting_catalog_option() -> None:
         for accel in ACCELERATORS.values():
             if accel.type == AcceleratorType.CPU:
                 continue
-            options: list[dict[str, Any]] = [{"type": accel.type.value, "count": n} for n in (1, 2, 4, 8)]
-            options += [{"type": accel.type.value, "mig": p.name} for p in accel.mig_profiles]
+            options: list[dict[str, Any]] = [{"type": str(accel.type), "count": n} for n in (1, 2, 4, 8)]
+            options += [{"type": str(accel.type), "mig": p.name} for p in accel.mig_profiles]
             for option in options:
                 try:
                     other = plan(spec(option, model=model), config)

@@ -438,7 +438,8 @@ class ChartValues(ValuesModel):
         list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]]
         | Annotated[str, Field(pattern=r"^[a-z0-9, -]*$")],
         Field(
-            description="Namespaces to watch: a list, or a comma-separated string (--set watchNamespaces=a,b). "
+            description="Namespaces to watch: a list (--set 'watchNamespaces={a,b}'), or a comma-separated string "
+            "(--set-string 'watchNamespaces=a\\,b'). "
             "Empty watches every namespace."
         ),
     ] = Field(default_factory=list)

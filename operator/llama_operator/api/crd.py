@@ -24,6 +24,7 @@ from llama_operator.api.spec import (
     SHORT_NAMES,
     SINGULAR,
     VERSION,
+    AcceleratorType,
     LlamaServiceSpec,
 )
 from llama_operator.api.status import LlamaServiceStatus
@@ -40,11 +41,13 @@ def _mig_rule() -> dict[str, str]:
         f"(self.type == '{t.value}' && self.mig in [{', '.join(repr(p) for p in ps)}])"
         for t, ps in MIG_PROFILES_BY_TYPE.items()
     )
+    builtin = ", ".join(repr(t.value) for t in AcceleratorType)
+    listed = "; ".join(f"{t.value}: {', '.join(ps)}" for t, ps in MIG_PROFILES_BY_TYPE.items())
     return {
-        "rule": f"!has(self.mig) || {allowed}",
-        "message": "mig must be a MIG profile of the chosen type: a100-40gb (1g.5gb, 2g.10gb, 3g.20gb, "
-        "4g.20gb, 7g.40gb), a100-80gb or h100-80gb (1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb); "
-        "other types have no MIG",
+        # A platform-defined type (config.accelerators) has the operator's catalog's profiles: the planner
+        # checks those.
+        "rule": f"!has(self.mig) || !(self.type in [{builtin}]) || {allowed}",
+        "message": f"mig must be a MIG profile of the chosen type ({listed}); other built-in types have no MIG",
         "fieldPath": ".mig",
         "reason": "FieldValueInvalid",
     }

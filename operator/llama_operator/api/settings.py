@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from llama_operator.api.spec import ACCELERATOR_NAME_PATTERN, BUILTIN_TYPES, MIG_PROFILE_PATTERN
+
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "llama-operator.dev/")
 # The same rule in the chart's values schema, so that `helm install` refuses it too.
 NOT_RESERVED_KEYS: dict[str, Any] = {
@@ -38,6 +40,78 @@ NO_CREDENTIAL_HEADERS: dict[str, Any] = {
 }
 
 
+class MigProfileSettings(BaseModel):
+    """One MIG profile of a platform-defined GPU (NVIDIA's MIG user guide for that GPU)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    name: Annotated[str, Field(description="Profile name, e.g. 1g.18gb.", pattern=MIG_PROFILE_PATTERN)]
+    compute_slices: Annotated[int, Field(description="Compute slices of 7 (the g in 1g).", ge=1, le=7)]
+    memory_slices: Annotated[int, Field(description="Memory slices of 8.", ge=1, le=8)]
+    memory_mib: Annotated[
+        int,
+        Field(alias="memoryMiB", description="Slice memory, MiB (as GPU Feature Discovery labels it).", gt=0),
+    ]
+
+
+class AcceleratorSettings(BaseModel):
+    """An accelerator the platform adds to the catalog, or the fields of a built-in one it overrides.
+    A new one needs memoryMiB, bandwidthGBps, fp16Tflops, computeCapability, pricePerHour and
+    productLabels; an override only the fields it changes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    display_name: Annotated[str | None, Field(description="Human name, e.g. NVIDIA H20 96GB.")] = None
+    memory_mib: Annotated[
+        int | None,
+        Field(
+            alias="memoryMiB",
+            description="Device memory as nvidia-smi reports it (nvidia.com/gpu.memory), MiB.",
+            gt=0,
+        ),
+    ] = None
+    bandwidth_gbps: Annotated[
+        float | None,
+        Field(alias="bandwidthGBps", description="Memory bandwidth, GB/s (the data sheet's).", gt=0),
+    ] = None
+    fp16_tflops: Annotated[
+        float | None,
+        Field(description="Dense FP16 tensor TFLOPS (the data sheet's sparse figure halved).", gt=0),
+    ] = None
+    compute_capability: Annotated[
+        str | None,
+        Field(
+            description="CUDA compute capability, e.g. '8.9' (bf16 from 8.0, FP8 from 8.9).",
+            pattern=r"^[0-9]+\.[0-9]$",
+        ),
+    ] = None
+    price_per_hour: Annotated[
+        float | None,
+        Field(description="Price of one GPU-hour (only ratios between accelerators matter).", ge=0),
+    ] = None
+    product_labels: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=63)]] | None,
+        Field(
+            description="nvidia.com/gpu.product values of nodes with this GPU (kubectl get nodes -L "
+            "nvidia.com/gpu.product); the first is used where no node is listed."
+        ),
+    ] = None
+    mig_profiles: Annotated[
+        list[MigProfileSettings] | None, Field(description="Its MIG profiles (none: no MIG).")
+    ] = None
+
+
+# A new accelerator needs these (an override of a built-in one may give any subset).
+REQUIRED_FOR_NEW = (
+    "memory_mib",
+    "bandwidth_gbps",
+    "fp16_tflops",
+    "compute_capability",
+    "price_per_hour",
+    "product_labels",
+)
+
+
 class Settings(BaseModel):
     """Everything the operator reads from its own configuration; pure data, parsed at the edge."""
 
@@ -55,6 +129,15 @@ class Settings(BaseModel):
         Field(
             description="Price per GPU-hour by accelerator type (or type/MIG profile), e.g. {t4: 0.35, "
             "a100/1g.10gb: 0.5}: replaces the catalog's list price when planning and in the cost figures."
+        ),
+    ] = Field(default_factory=dict)
+    accelerators: Annotated[
+        dict[Annotated[str, Field(pattern=ACCELERATOR_NAME_PATTERN, max_length=63)], AcceleratorSettings],
+        Field(
+            description="Accelerators added to the catalog, or fields of built-in ones overridden, by type name "
+            "(e.g. {h20: {memoryMiB: 97871, bandwidthGBps: 4000, fp16Tflops: 148, computeCapability: '9.0', "
+            "pricePerHour: 2.0, productLabels: [NVIDIA-H20]}}): accelerator.type auto then uses nodes with "
+            "those product labels, and a LlamaService may name the type. No operator release needed."
         ),
     ] = Field(default_factory=dict)
     gpu_image: Annotated[
@@ -327,6 +410,27 @@ class Settings(BaseModel):
     listen_address: Annotated[
         str, Field(description="Address the health and metrics ports listen on.", min_length=1)
     ] = "0.0.0.0"
+
+    @field_validator("accelerators")
+    @classmethod
+    def _complete_accelerators(
+        cls, accelerators: dict[str, AcceleratorSettings]
+    ) -> dict[str, AcceleratorSettings]:
+        for name, given in accelerators.items():
+            if name in ("auto", "cpu"):
+                raise ValueError(
+                    f"{name}: not an accelerator a platform can define (auto chooses; cpu is vLLM's CPU build)"
+                )
+            if name in BUILTIN_TYPES:
+                continue  # an override: the built-in entry fills in the rest
+            fields = AcceleratorSettings.model_fields
+            missing = [fields[f].alias or to_camel(f) for f in REQUIRED_FOR_NEW if getattr(given, f) is None]
+            if missing:
+                raise ValueError(
+                    f"{name}: a new accelerator needs {', '.join(missing)} (only an override of a built-in "
+                    "type may leave fields out)"
+                )
+        return accelerators
 
     @field_validator("pod_labels", "pod_monitor_labels")
     @classmethod

@@ -6,7 +6,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from llama_operator.api.base import WireModel
@@ -21,22 +21,41 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 
 class AcceleratorType(StrEnum):
+    """The built-in accelerators (catalog/accelerators.py); a platform adds others by name through the
+    operator's config.accelerators, and a LlamaService may name those too."""
+
     T4 = "t4"
+    A10 = "a10"
     A10G = "a10g"
     L4 = "l4"
+    L40S = "l40s"
     A100_40GB = "a100-40gb"
     A100_80GB = "a100-80gb"
-    H100_80GB = "h100-80gb"
+    H100_PCIE = "h100-pcie"
+    H100_80GB = "h100-80gb"  # H100 SXM
+    H200 = "h200"
+    B200 = "b200"
     CPU = "cpu"
     AUTO = "auto"
 
 
-# MIG profiles each GPU offers (NVIDIA MIG user guide). Part of the contract: CEL checks `mig` against it.
+# A platform-defined accelerator's name (config.accelerators): a DNS label, like the built-in ones.
+ACCELERATOR_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A MIG profile's name as NVIDIA spells it: <compute slices>g.<memory>gb.
+MIG_PROFILE_PATTERN = r"^[1-7]g\.[0-9]+gb$"
+
+_H100_MIG = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+# MIG profiles each built-in GPU offers (NVIDIA MIG user guide). Part of the contract: CEL checks `mig`
+# against it for the built-in types; a platform-defined type's profiles are checked when planning.
 MIG_PROFILES_BY_TYPE: dict[AcceleratorType, tuple[str, ...]] = {
     AcceleratorType.A100_40GB: ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
     AcceleratorType.A100_80GB: ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-    AcceleratorType.H100_80GB: ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    AcceleratorType.H100_PCIE: _H100_MIG,
+    AcceleratorType.H100_80GB: _H100_MIG,
+    AcceleratorType.H200: ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+    AcceleratorType.B200: ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
 }
+BUILTIN_TYPES: frozenset[str] = frozenset(t.value for t in AcceleratorType)
 ALL_MIG_PROFILES: tuple[str, ...] = tuple(
     sorted({p for ps in MIG_PROFILES_BY_TYPE.values() for p in ps}, key=lambda p: (int(p[0]), p))
 )
@@ -203,19 +222,25 @@ class ModelSpec(WireModel):
 class AcceleratorSpec(WireModel):
     """The hardware each replica runs on."""
 
+    # The built-in types parse to AcceleratorType; another name is a platform-defined accelerator
+    # (config.accelerators), checked against the operator's catalog when planning.
     type: Annotated[
-        AcceleratorType,
+        str,
         Field(
-            description="GPU type, 'cpu' for vLLM's CPU build, or 'auto' for the cheapest option present "
-            "in the cluster that fits the model."
+            description="GPU type ("
+            + ", ".join(t.value for t in AcceleratorType if t not in ("cpu", "auto"))
+            + ", or one the platform added in the operator's config.accelerators), 'cpu' for vLLM's CPU "
+            "build, or 'auto' for the cheapest option present in the cluster that fits the model.",
         ),
+        WithJsonSchema({"type": "string", "pattern": ACCELERATOR_NAME_PATTERN, "maxLength": 63}),
     ] = AcceleratorType.AUTO
     mig: Annotated[
         str | None,
         Field(
-            description="MIG profile of the GPU to run on (a slice, e.g. 1g.10gb). Only on a100-40gb, "
-            "a100-80gb and h100-80gb.",
-            json_schema_extra={"enum": list(ALL_MIG_PROFILES)},
+            description="MIG profile of the GPU to run on (a slice, e.g. 1g.10gb). Only on a GPU with MIG: "
+            + ", ".join(t.value for t in MIG_PROFILES_BY_TYPE)
+            + " (or a platform-defined one with MIG profiles).",
+            pattern=MIG_PROFILE_PATTERN,
         ),
     ] = None
     count: Annotated[
@@ -223,10 +248,23 @@ class AcceleratorSpec(WireModel):
         Field(description="GPUs per replica (tensor parallel size). Must be 1 with a MIG slice.", ge=1, le=8),
     ] = 1
 
-    @field_validator("mig")
+    @field_validator("type")
     @classmethod
-    def _known_profile(cls, v: str | None) -> str | None:
-        if v is not None and v not in ALL_MIG_PROFILES:
+    def _type_name(cls, v: str) -> str:
+        if v in BUILTIN_TYPES:
+            return AcceleratorType(v)
+        if len(v) > 63 or not re.match(ACCELERATOR_NAME_PATTERN, v):
+            raise ValueError(
+                f"{v!r} is not an accelerator type: give one of "
+                f"{', '.join(t.value for t in AcceleratorType)}, or the name of one the platform added "
+                "(lower-case letters, digits and '-')"
+            )
+        return v
+
+    @field_validator("mig", mode="before")
+    @classmethod
+    def _known_profile(cls, v: object) -> object:
+        if isinstance(v, str) and not re.match(MIG_PROFILE_PATTERN, v):
             raise ValueError(f"unknown MIG profile {v!r}; known: {', '.join(ALL_MIG_PROFILES)}")
         return v
 
@@ -234,15 +272,18 @@ class AcceleratorSpec(WireModel):
     def _mig_rules(self) -> AcceleratorSpec:
         if self.mig is None:
             return self
-        profiles = MIG_PROFILES_BY_TYPE.get(self.type)
+        # A platform-defined type's profiles are the operator's catalog's: checked when planning.
+        profiles: tuple[str, ...] | None = () if self.type not in BUILTIN_TYPES else None
+        if profiles is None:
+            profiles = MIG_PROFILES_BY_TYPE.get(AcceleratorType(self.type))
         if profiles is None:
             raise ValueError(
                 f"accelerator.mig is only valid on {', '.join(t.value for t in MIG_PROFILES_BY_TYPE)}; "
-                f"remove mig or change type {self.type.value!r}"
+                f"remove mig or change type {str(self.type)!r}"
             )
-        if self.mig not in profiles:
+        if profiles and self.mig not in profiles:
             raise ValueError(
-                f"accelerator.mig {self.mig!r} is not a profile of {self.type.value}; use one of "
+                f"accelerator.mig {self.mig!r} is not a profile of {self.type}; use one of "
                 f"{', '.join(profiles)}"
             )
         if self.count != 1:

@@ -2,27 +2,35 @@
 
 Sources:
 - memory: the total `nvidia-smi` reports, which is what the GPU Operator publishes as
-  `nvidia.com/gpu.memory` (MiB) and what vLLM's `--gpu-memory-utilization` is a fraction of;
-- bandwidth, dense FP16 tensor TFLOPS: NVIDIA data sheets (T4, A10, L4, A100, H100 SXM);
-  AWS's A10G is an A10 variant (600 GB/s, sm_86);
-- compute capability: NVIDIA's CUDA GPU list; bf16 and FlashAttention-2 need sm_80,
-  FP8 tensor cores sm_89 (Ada) or sm_90 (Hopper);
-- MIG profiles: NVIDIA's MIG user guide (profile names, compute slices g/7, memory slices /8);
-  slice memory as GPU Feature Discovery labels it (`nvidia.com/mig-<profile>.memory`, MiB;
-  seen on real nodes: A100-80GB 1g.10gb 9728, H100 1g.10gb 9984), the other profiles scaled
-  from the same guide;
+  `nvidia.com/gpu.memory` (MiB) and what vLLM's `--gpu-memory-utilization` is a fraction of
+  (A10/A10G 23028, L4 23034, L40S 46068, H100 81559, H200 143771, B200 183359);
+- bandwidth, dense FP16 tensor TFLOPS (the data sheets' sparse figure halved): NVIDIA data sheets
+  (T4, A10, L4, L40S, A100, H100 PCIe and SXM, H200, B200 in the DGX B200 / HGX data sheet);
+  AWS's A10G is an A10 variant (600 GB/s, sm_86) with the lower clock AWS publishes (70 TFLOPS);
+- compute capability: NVIDIA's CUDA GPU list (B200: sm_100); bf16 and FlashAttention-2 need
+  sm_80, FP8 tensor cores sm_89 (Ada) or sm_90 (Hopper) and later;
+- MIG profiles: NVIDIA's MIG user guide (profile names, compute slices g/7, memory slices /8,
+  including the H200 141GB and B200 180GB tables); slice memory as GPU Feature Discovery labels
+  it (`nvidia.com/mig-<profile>.memory`, MiB; seen on real nodes: A100-80GB 1g.10gb 9728, H100
+  1g.10gb 9984), the other profiles scaled from the same guide; H200 and B200 slices estimated as
+  their share of memory slices of nvidia-smi's total, less 2.5 % (what A100/H100 slices lose);
 - price: on-demand list price of ONE GPU per hour in AWS us-east-1 (2024), the instance price
   divided by its GPU count: g4dn.xlarge (T4) $0.526, g5.xlarge (A10G) $1.006, g6.xlarge (L4)
-  $0.805, p4d.24xlarge (8x A100-40GB) $32.77, p4de.24xlarge (8x A100-80GB) $40.97,
-  p5.48xlarge (8x H100) $98.32. A CPU replica is priced as a c7i.2xlarge (8 vCPU, 16 GiB)
-  $0.357. Only the ratios matter; operator configuration overrides them.
+  $0.805, g6e.xlarge (L40S) $1.861, p4d.24xlarge (8x A100-40GB) $32.77, p4de.24xlarge (8x
+  A100-80GB) $40.97, p5.48xlarge (8x H100 SXM) $98.32. Where AWS lists none, kept in AWS's
+  terms: the A10 at its AWS variant's (A10G) price; ESTIMATES for the H100 PCIe (the SXM's price
+  times Lambda Cloud's 2024 PCIe/SXM price ratio, $2.49 / $3.29), the H200 and the B200 (1.3x and
+  2x the H100 SXM's, about their memory and bandwidth ratios), until a platform sets its own. A CPU replica is priced as a c7i.2xlarge (8 vCPU, 16 GiB) $0.357. Only
+  the ratios matter; config.priceOverrides replaces them, config.accelerators adds or overrides a
+  whole accelerator (docs/install.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
+from llama_operator.api.settings import AcceleratorSettings
 from llama_operator.api.spec import MIG_PROFILES_BY_TYPE, AcceleratorType
 
 MIB = 1024 * 1024
@@ -84,7 +92,8 @@ class MigProfile:
 class Accelerator:
     """One accelerator type of the catalog."""
 
-    type: AcceleratorType
+    # An AcceleratorType for the built-in ones (a str enum); a platform-defined one's name otherwise.
+    type: str
     display_name: str
     memory_bytes: int
     bandwidth_bytes_per_s: float
@@ -122,7 +131,7 @@ class Accelerator:
             if profile.name == name:
                 return profile
         known = ", ".join(p.name for p in self.mig_profiles) or "none"
-        raise KeyError(f"{self.type.value} has no MIG profile {name!r} (profiles: {known})")
+        raise KeyError(f"{self.type} has no MIG profile {name!r} (profiles: {known})")
 
     def slice_bandwidth(self, profile: MigProfile) -> float:
         # Memory bandwidth follows the memory slices a profile owns.
@@ -151,6 +160,15 @@ _A100_80GB_MIG = (
     _mig("4g.40gb", 4, 4, 40192),
     _mig("7g.80gb", 7, 8, 80384),
 )
+
+
+def _scaled_mig(total_mib: int, profiles: Iterable[tuple[str, int, int]]) -> tuple[MigProfile, ...]:
+    """Slices of a GPU no node has shown us yet: their memory slices' share of the total, less 2.5 %."""
+    return tuple(
+        _mig(name, c, m, int(total_mib * m / MEMORY_SLICES_PER_GPU * 0.975)) for name, c, m in profiles
+    )
+
+
 _H100_80GB_MIG = (
     _mig("1g.10gb", 1, 1, 9984),
     _mig("1g.20gb", 1, 2, 20096),
@@ -160,7 +178,31 @@ _H100_80GB_MIG = (
     _mig("7g.80gb", 7, 8, 80768),
 )
 
-ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
+_H200_MIG = _scaled_mig(
+    143771,
+    (
+        ("1g.18gb", 1, 1),
+        ("1g.35gb", 1, 2),
+        ("2g.35gb", 2, 2),
+        ("3g.71gb", 3, 4),
+        ("4g.71gb", 4, 4),
+        ("7g.141gb", 7, 8),
+    ),
+)
+_B200_MIG = _scaled_mig(
+    183359,
+    (
+        ("1g.23gb", 1, 1),
+        ("1g.45gb", 1, 2),
+        ("2g.45gb", 2, 2),
+        ("3g.90gb", 3, 4),
+        ("4g.90gb", 4, 4),
+        ("7g.180gb", 7, 8),
+    ),
+)
+_H100_SXM_PRICE = 98.32 / 8
+
+ACCELERATORS: Mapping[str, Accelerator] = {
     a.type: a
     for a in (
         Accelerator(
@@ -172,6 +214,16 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
             compute_capability=ComputeCapability(7, 5),
             price_per_hour=0.526,
             product_labels=("Tesla-T4", "NVIDIA-Tesla-T4", "NVIDIA-T4"),
+        ),
+        Accelerator(
+            type=AcceleratorType.A10,
+            display_name="NVIDIA A10 24GB",
+            memory_bytes=23028 * MIB,
+            bandwidth_bytes_per_s=600 * GB,
+            fp16_dense_tflops=125.0,
+            compute_capability=ComputeCapability(8, 6),
+            price_per_hour=1.006,  # as its AWS variant, the A10G (g5.xlarge)
+            product_labels=("NVIDIA-A10",),
         ),
         Accelerator(
             type=AcceleratorType.A10G,
@@ -192,6 +244,16 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
             compute_capability=ComputeCapability(8, 9),
             price_per_hour=0.805,
             product_labels=("NVIDIA-L4",),
+        ),
+        Accelerator(
+            type=AcceleratorType.L40S,
+            display_name="NVIDIA L40S 48GB",
+            memory_bytes=46068 * MIB,
+            bandwidth_bytes_per_s=864 * GB,
+            fp16_dense_tflops=362.0,
+            compute_capability=ComputeCapability(8, 9),
+            price_per_hour=1.861,
+            product_labels=("NVIDIA-L40S",),
         ),
         Accelerator(
             type=AcceleratorType.A100_40GB,
@@ -228,22 +290,48 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
             mig_profiles=_A100_80GB_MIG,
         ),
         Accelerator(
+            type=AcceleratorType.H100_PCIE,
+            display_name="NVIDIA H100 PCIe 80GB",
+            memory_bytes=81559 * MIB,
+            bandwidth_bytes_per_s=2000 * GB,
+            fp16_dense_tflops=756.0,
+            compute_capability=ComputeCapability(9, 0),
+            price_per_hour=round(_H100_SXM_PRICE * 249 / 329, 3),  # an estimate (see the module's sources)
+            product_labels=("NVIDIA-H100-PCIe", "NVIDIA-H100-80GB-PCIe", "H100-PCIe"),
+            mig_profiles=_H100_80GB_MIG,
+        ),
+        Accelerator(
             type=AcceleratorType.H100_80GB,
-            display_name="NVIDIA H100 80GB",
+            display_name="NVIDIA H100 SXM 80GB",
             memory_bytes=81559 * MIB,
             bandwidth_bytes_per_s=3350 * GB,
             fp16_dense_tflops=989.0,
             compute_capability=ComputeCapability(9, 0),
-            price_per_hour=98.32 / 8,
-            product_labels=(
-                "NVIDIA-H100-80GB-HBM3",
-                "H100-80GB-HBM3",
-                "NVIDIA-H100-SXM5-80GB",
-                "NVIDIA-H100-PCIe",
-                "NVIDIA-H100-80GB-PCIe",
-                "H100-PCIe",
-            ),
+            price_per_hour=_H100_SXM_PRICE,
+            product_labels=("NVIDIA-H100-80GB-HBM3", "H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
             mig_profiles=_H100_80GB_MIG,
+        ),
+        Accelerator(
+            type=AcceleratorType.H200,
+            display_name="NVIDIA H200 141GB",
+            memory_bytes=143771 * MIB,
+            bandwidth_bytes_per_s=4800 * GB,
+            fp16_dense_tflops=989.0,
+            compute_capability=ComputeCapability(9, 0),
+            price_per_hour=round(_H100_SXM_PRICE * 13 / 10, 3),  # an estimate (see the module's sources)
+            product_labels=("NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"),
+            mig_profiles=_H200_MIG,
+        ),
+        Accelerator(
+            type=AcceleratorType.B200,
+            display_name="NVIDIA B200 180GB",
+            memory_bytes=183359 * MIB,
+            bandwidth_bytes_per_s=8000 * GB,
+            fp16_dense_tflops=2250.0,
+            compute_capability=ComputeCapability(10, 0),
+            price_per_hour=round(_H100_SXM_PRICE * 2, 3),  # an estimate (see the module's sources)
+            product_labels=("NVIDIA-B200",),
+            mig_profiles=_B200_MIG,
         ),
         Accelerator(
             type=AcceleratorType.CPU,
@@ -258,22 +346,12 @@ ACCELERATORS: Mapping[AcceleratorType, Accelerator] = {
     )
 }
 
-GPU_TYPES: tuple[AcceleratorType, ...] = tuple(t for t, a in ACCELERATORS.items() if a.is_gpu)
+GPU_TYPES: tuple[str, ...] = tuple(t for t, a in ACCELERATORS.items() if a.is_gpu)
 
 # The catalog's MIG profiles must be exactly the API contract's (the CRD's CEL rules use those).
 assert {t: tuple(p.name for p in a.mig_profiles) for t, a in ACCELERATORS.items() if a.mig_profiles} == dict(
     MIG_PROFILES_BY_TYPE
 )
-
-
-def accelerator(accelerator_type: AcceleratorType | str) -> Accelerator:
-    """The catalog entry of a concrete accelerator type ('auto' is not one)."""
-    key = AcceleratorType(accelerator_type)
-    found = ACCELERATORS.get(key)
-    if found is None:
-        known = ", ".join(t.value for t in ACCELERATORS)
-        raise KeyError(f"no accelerator {key.value!r} in the catalog (known: {known})")
-    return found
 
 
 MIG_PRODUCT_SEPARATOR = "-MIG-"
@@ -283,46 +361,161 @@ def _normalise_product(label: str) -> str:
     return label.strip().lower()
 
 
-_BY_PRODUCT: Mapping[str, AcceleratorType] = {
-    _normalise_product(label): a.type for a in ACCELERATORS.values() for label in a.product_labels
-}
+@dataclass(frozen=True)
+class Catalog:
+    """The accelerators the planner chooses from and the inventory matches node labels against: the
+    built-in ones, with what the platform added or overrode (config.accelerators)."""
+
+    accelerators: Mapping[str, Accelerator]
+    by_product: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.by_product:
+            products = {
+                _normalise_product(p): a.type for a in self.accelerators.values() for p in a.product_labels
+            }
+            object.__setattr__(self, "by_product", products)
+
+    def get(self, accelerator_type: str) -> Accelerator:
+        """The entry of a concrete accelerator type ('auto' is not one); KeyError names the known ones."""
+        found = self.accelerators.get(str(accelerator_type))
+        if found is None:
+            known = ", ".join(str(t) for t in self.accelerators)
+            raise KeyError(
+                f"no accelerator {str(accelerator_type)!r} in the catalog (known: {known}; a platform adds one "
+                "in the operator's config.accelerators)"
+            )
+        return found
+
+    def for_product(self, product_label: str) -> tuple[Accelerator, str | None] | None:
+        """Map an `nvidia.com/gpu.product` value to (accelerator, MIG profile or None).
+
+        Handles single-strategy slice products such as `A100-SXM4-40GB-MIG-1g.5gb`. Unknown variants of
+        known GPUs (a new SKU suffix) are matched by their model and memory size."""
+        label = product_label.strip()
+        profile: str | None = None
+        index = label.upper().find(MIG_PRODUCT_SEPARATOR)
+        if index >= 0:
+            profile = label[index + len(MIG_PRODUCT_SEPARATOR) :]
+            label = label[:index]
+        accelerator_type = self.by_product.get(_normalise_product(label))
+        if accelerator_type is None:
+            guessed = _guess_type(label)
+            accelerator_type = guessed if guessed in self.accelerators else None
+        if accelerator_type is None:
+            return None
+        found = self.accelerators[accelerator_type]
+        if profile is not None and profile not in {p.name for p in found.mig_profiles}:
+            return None
+        return found, profile
+
+    def with_accelerators(self, changed: Iterable[Accelerator]) -> Catalog:
+        """This catalog with accelerators added or replaced (by type). A changed one's product labels
+        are its own: labels it takes over no longer map to the accelerator that had them."""
+        merged = dict(self.accelerators)
+        for accel in changed:
+            merged[accel.type] = accel
+        return Catalog(merged)
+
+
+BUILTIN_CATALOG = Catalog(ACCELERATORS)
+
+
+def accelerator(accelerator_type: AcceleratorType | str) -> Accelerator:
+    """The built-in catalog's entry of a concrete accelerator type ('auto' is not one)."""
+    return BUILTIN_CATALOG.get(AcceleratorType(accelerator_type))
 
 
 def accelerator_for_product(product_label: str) -> tuple[Accelerator, str | None] | None:
-    """Map an `nvidia.com/gpu.product` value to (accelerator, MIG profile or None).
-
-    Handles single-strategy slice products such as `A100-SXM4-40GB-MIG-1g.5gb`. Unknown
-    variants of known GPUs (a new SKU suffix) are matched by their model and memory size.
-    """
-    label = product_label.strip()
-    profile: str | None = None
-    index = label.upper().find(MIG_PRODUCT_SEPARATOR)
-    if index >= 0:
-        profile = label[index + len(MIG_PRODUCT_SEPARATOR) :]
-        label = label[:index]
-    accelerator_type = _BY_PRODUCT.get(_normalise_product(label)) or _guess_type(label)
-    if accelerator_type is None:
-        return None
-    found = ACCELERATORS[accelerator_type]
-    if profile is not None and profile not in {p.name for p in found.mig_profiles}:
-        return None
-    return found, profile
+    """Map an `nvidia.com/gpu.product` value to (accelerator, MIG profile or None) in the built-in
+    catalog (Catalog.for_product for the operator's)."""
+    return BUILTIN_CATALOG.for_product(product_label)
 
 
-def _guess_type(label: str) -> AcceleratorType | None:
+def _guess_type(label: str) -> str | None:
     upper = label.upper()
+    tokens = set(upper.replace("_", "-").split("-"))
     if "A100" in upper:
         return AcceleratorType.A100_80GB if "80GB" in upper else AcceleratorType.A100_40GB
-    if "H100" in upper and "NVL" not in upper:  # H100 NVL has 94 GB: not in the catalog
-        return AcceleratorType.H100_80GB
+    if "NVL" in tokens:  # H100 NVL (94 GB), H200 NVL: other memory or clocks than the catalog's
+        return None
+    if "H100" in upper:
+        return AcceleratorType.H100_PCIE if "PCIE" in upper else AcceleratorType.H100_80GB
+    if "H200" in upper:
+        return AcceleratorType.H200
+    if "B200" in upper:
+        return AcceleratorType.B200
     if "A10G" in upper:
         return AcceleratorType.A10G
-    tokens = set(upper.replace("_", "-").split("-"))
+    if "L40S" in tokens:
+        return AcceleratorType.L40S
+    if "A10" in tokens:
+        return AcceleratorType.A10
     if "T4" in tokens:
         return AcceleratorType.T4
     if "L4" in tokens:
         return AcceleratorType.L4
     return None
+
+
+def configured_accelerator(name: str, given: AcceleratorSettings, base: Accelerator | None) -> Accelerator:
+    """An accelerator of config.accelerators: the built-in entry `base` with the given fields replaced, or
+    (base None) a new one from the given fields alone (Settings checked they are all there)."""
+
+    def pick(value: object, default: object) -> object:
+        return default if value is None else value
+
+    capability = base.compute_capability if base is not None else None
+    if given.compute_capability is not None:
+        major, minor = given.compute_capability.split(".")
+        capability = ComputeCapability(int(major), int(minor))
+    memory = given.memory_mib * MIB if given.memory_mib is not None else None
+    bandwidth = given.bandwidth_gbps * GB if given.bandwidth_gbps is not None else None
+    profiles = (
+        tuple(_mig(p.name, p.compute_slices, p.memory_slices, p.memory_mib) for p in given.mig_profiles)
+        if given.mig_profiles is not None
+        else None
+    )
+    if base is None:
+        assert memory is not None and bandwidth is not None and given.fp16_tflops is not None
+        assert (
+            given.price_per_hour is not None and given.product_labels is not None and capability is not None
+        )
+        return Accelerator(
+            type=name,
+            display_name=given.display_name or name,
+            memory_bytes=memory,
+            bandwidth_bytes_per_s=bandwidth,
+            fp16_dense_tflops=given.fp16_tflops,
+            compute_capability=capability,
+            price_per_hour=given.price_per_hour,
+            product_labels=tuple(given.product_labels),
+            mig_profiles=profiles or (),
+        )
+    return Accelerator(
+        type=base.type,
+        display_name=str(pick(given.display_name, base.display_name)),
+        memory_bytes=memory if memory is not None else base.memory_bytes,
+        bandwidth_bytes_per_s=bandwidth if bandwidth is not None else base.bandwidth_bytes_per_s,
+        fp16_dense_tflops=given.fp16_tflops if given.fp16_tflops is not None else base.fp16_dense_tflops,
+        compute_capability=capability,
+        price_per_hour=given.price_per_hour if given.price_per_hour is not None else base.price_per_hour,
+        product_labels=tuple(given.product_labels)
+        if given.product_labels is not None
+        else base.product_labels,
+        mig_profiles=profiles if profiles is not None else base.mig_profiles,
+    )
+
+
+def catalog_from_settings(accelerators: Mapping[str, AcceleratorSettings]) -> Catalog:
+    """The built-in catalog with the platform's config.accelerators merged in."""
+    if not accelerators:
+        return BUILTIN_CATALOG
+    changed = [
+        configured_accelerator(name, given, BUILTIN_CATALOG.accelerators.get(name))
+        for name, given in accelerators.items()
+    ]
+    return BUILTIN_CATALOG.with_accelerators(changed)
 
 
 def mig_resource_name(profile: str) -> str:

@@ -17,6 +17,7 @@ from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute
 from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.planning.planner import UNKNOWN_GPUS_NOTE
 from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.execution import (
     Event,
@@ -24,7 +25,7 @@ from llama_operator.reconcile.execution import (
     report_execution,
     retry_delay_seconds,
 )
-from llama_operator.reconcile.outcome import ReconcileOutcome, reconcile
+from llama_operator.reconcile.outcome import ReconcileOutcome, planning_config, reconcile
 from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
 from llama_operator.reconcile.rollout import rollout_status
 
@@ -78,10 +79,12 @@ def compute_outcome(
 ) -> ReconcileOutcome:
     """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
     nodes = [node for store in indexes.nodes.values() for node in store]
+    inventory = inventory_from_nodes(nodes, planning_config(memo.settings).catalog) if nodes else None
+    memo.metrics.unknown_gpus(dict(inventory.unknown_gpus) if inventory is not None else {})
     return reconcile(
         body,
         memo.settings,
-        inventory=inventory_from_nodes(nodes) if nodes else None,
+        inventory=inventory,
         pod_monitor=memo.pod_monitor,
         now=datetime.now(UTC),
         activator=activator_route(indexes.endpoint_slices),
@@ -97,6 +100,19 @@ def zero_message(spec: LlamaServiceSpec, route_ready: bool) -> str | None:
     if not route_ready:
         return "idle; no activator is ready, so a request would find nothing to serve it"
     return "idle; the activator holds the next request and wakes one replica"
+
+
+def unknown_gpus_event(before: Mapping[str, Any], status: Mapping[str, Any]) -> Event | None:
+    """A Warning when auto's plan newly says it left GPU nodes out (their product is in no catalog entry)."""
+
+    def note(of: Mapping[str, Any]) -> str | None:
+        notes = ((of.get("plan") or {}).get("notes")) or []
+        return next((n for n in notes if isinstance(n, str) and UNKNOWN_GPUS_NOTE in n), None)
+
+    now = note(status)
+    if now is None or now == note(before):
+        return None
+    return Event("UnknownGPUs", now, warning=True)
 
 
 def reconcile_llamaservice(
@@ -167,6 +183,9 @@ def _reconcile(
         if not report.clean:
             result.requeue_after = retry_delay_seconds(attempt)
     memo.metrics.service_status(namespace, name, {**before, **status})
+    unknown = unknown_gpus_event(before, status)
+    if unknown is not None:
+        result.events.append(unknown)
     degraded = degraded_event(before, status)
     if degraded is not None:
         result.events.insert(0, degraded)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_operator.api.spec import AcceleratorType
-from llama_operator.catalog.accelerators import MIB, accelerator_for_product, mig_resource_name
+from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Catalog, mig_resource_name
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -32,7 +32,7 @@ class Offer:
     """What one node offers of one accelerator kind: full GPUs, or slices of one MIG profile."""
 
     node: str
-    accelerator: AcceleratorType
+    accelerator: str  # an AcceleratorType, or a platform-defined accelerator's name
     product: str  # the node's `nvidia.com/gpu.product` value
     mig_profile: str | None
     mig_strategy: str | None  # 'mixed' | 'single' for slices, None for full GPUs and CPU
@@ -59,8 +59,11 @@ class Inventory:
 
     offers: tuple[Offer, ...] = ()
     skipped: tuple[SkippedNode, ...] = ()
+    # GPU nodes whose product label matches no accelerator of the catalog: product -> nodes. Reported
+    # (an Event on services that wanted auto, a metric), never skipped in silence.
+    unknown_gpus: tuple[tuple[str, int], ...] = ()
 
-    def gpu_offers(self, accelerator: AcceleratorType, *, min_count: int = 1) -> tuple[Offer, ...]:
+    def gpu_offers(self, accelerator: str, *, min_count: int = 1) -> tuple[Offer, ...]:
         """Nodes with at least `min_count` whole GPUs of a type allocatable."""
         return tuple(
             o
@@ -68,9 +71,7 @@ class Inventory:
             if o.accelerator == accelerator and o.mig_profile is None and o.allocatable >= min_count
         )
 
-    def mig_offers(
-        self, accelerator: AcceleratorType, profile: str, strategy: str | None = None
-    ) -> tuple[Offer, ...]:
+    def mig_offers(self, accelerator: str, profile: str, strategy: str | None = None) -> tuple[Offer, ...]:
         """Nodes with a slice of `profile` allocatable (in `strategy` when given)."""
         return tuple(
             o
@@ -93,9 +94,9 @@ class Inventory:
             if o.accelerator == AcceleratorType.CPU:
                 key = "cpu"
             elif o.mig_profile is None:
-                key = o.accelerator.value
+                key = str(o.accelerator)
             else:
-                key = f"{o.accelerator.value}/{o.mig_profile} ({o.mig_strategy})"
+                key = f"{o.accelerator}/{o.mig_profile} ({o.mig_strategy})"
             kinds[key] = kinds.get(key, 0) + o.allocatable
         return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
 
@@ -123,7 +124,12 @@ def _label_mib(labels: Mapping[str, str], key: str) -> int | None:
     return mib * MIB if mib > 0 else None
 
 
-def _node_offers(node: Mapping[str, Any]) -> tuple[list[Offer], str | None]:
+UNKNOWN_PRODUCT = "is not in the accelerator catalog"
+
+
+def _node_offers(
+    node: Mapping[str, Any], catalog: Catalog = BUILTIN_CATALOG
+) -> tuple[list[Offer], str | None]:
     """Offers of one node, or a reason it offers nothing."""
     metadata = node.get("metadata") or {}
     name = str(metadata.get("name", "<unnamed>"))
@@ -162,9 +168,9 @@ def _node_offers(node: Mapping[str, Any]) -> tuple[list[Offer], str | None]:
         )
         return [cpu_offer], None
 
-    matched = accelerator_for_product(product)
+    matched = catalog.for_product(product)
     if matched is None:
-        return [], f"{PRODUCT_LABEL}={product} is not in the accelerator catalog"
+        return [], f"{PRODUCT_LABEL}={product} {UNKNOWN_PRODUCT} (add it under config.accelerators)"
     found, single_profile = matched
     offers: list[Offer] = []
     gpus = _quantity_int(allocatable.get(GPU_RESOURCE, 0))
@@ -221,17 +227,24 @@ def _node_offers(node: Mapping[str, Any]) -> tuple[list[Offer], str | None]:
     return offers, None
 
 
-def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]]) -> Inventory:
-    """Build the inventory from v1 Node objects as plain dicts (API server JSON or YAML manifests)."""
+def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]], catalog: Catalog = BUILTIN_CATALOG) -> Inventory:
+    """Build the inventory from v1 Node objects as plain dicts (API server JSON or YAML manifests),
+    matching their GPUs against `catalog` (the built-in one with the platform's config.accelerators)."""
     offers: list[Offer] = []
     skipped: list[SkippedNode] = []
+    unknown: dict[str, int] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
             continue
-        node_offers, reason = _node_offers(node)
+        node_offers, reason = _node_offers(node, catalog)
         offers.extend(node_offers)
         if reason is not None:
             name = str((node.get("metadata") or {}).get("name", "<unnamed>"))
             skipped.append(SkippedNode(node=name, reason=reason))
+            if UNKNOWN_PRODUCT in reason:
+                product = str(((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL, ""))
+                unknown[product] = unknown.get(product, 0) + 1
     offers.sort(key=lambda o: (o.node, o.resource))
-    return Inventory(offers=tuple(offers), skipped=tuple(skipped))
+    return Inventory(
+        offers=tuple(offers), skipped=tuple(skipped), unknown_gpus=tuple(sorted(unknown.items()))
+    )

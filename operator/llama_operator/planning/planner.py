@@ -13,12 +13,12 @@ from typing import Literal
 from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
 from llama_operator.api.spec import AcceleratorType, DType, LlamaServiceSpec, Quantization, SLOSpec
 from llama_operator.catalog.accelerators import (
-    ACCELERATORS,
+    BUILTIN_CATALOG,
     FP8_MIN_CAPABILITY,
     GIB,
     Accelerator,
+    Catalog,
     MigProfile,
-    accelerator,
     mig_resource_name,
     mig_slice_product,
 )
@@ -157,14 +157,16 @@ class PlanningConfig:
     # Whether accelerator.type auto may choose a CPU replica (slow: off unless asked for).
     auto_includes_cpu: bool = False
     max_gpus_per_replica: int = 8
+    # The accelerators to choose from: the built-in ones with the platform's config.accelerators.
+    catalog: Catalog = BUILTIN_CATALOG
 
     def price(self, accel: Accelerator, mig: MigProfile | None) -> float:
         """Relative price per hour of one device: a GPU, a MIG slice or a CPU replica."""
         if mig is not None:
-            override = self.price_overrides.get(f"{accel.type.value}/{mig.name}")
+            override = self.price_overrides.get(f"{accel.type}/{mig.name}")
             if override is not None:
                 return override
-        base = self.price_overrides.get(accel.type.value, accel.price_per_hour)
+        base = self.price_overrides.get(accel.type, accel.price_per_hour)
         return base * mig.gpu_fraction if mig is not None else base
 
 
@@ -180,10 +182,10 @@ class Candidate:
     @property
     def name(self) -> str:
         if self.mig is not None:
-            return f"{self.accelerator.type.value}/{self.mig.name}"
+            return f"{self.accelerator.type}/{self.mig.name}"
         if self.count > 1:
-            return f"{self.count}x{self.accelerator.type.value}"
-        return self.accelerator.type.value
+            return f"{self.count}x{self.accelerator.type}"
+        return self.accelerator.type
 
     def price(self, config: PlanningConfig) -> float:
         return config.price(self.accelerator, self.mig) * self.count
@@ -197,7 +199,7 @@ def catalog_candidate(accel: Accelerator, mig: MigProfile | None = None, count: 
 def catalog_candidates(config: PlanningConfig, *, include_cpu: bool) -> list[Candidate]:
     """Every GPU (in tensor-parallel counts), every MIG slice, and optionally a CPU replica."""
     candidates: list[Candidate] = []
-    for accel in ACCELERATORS.values():
+    for accel in config.catalog.accelerators.values():
         if not accel.is_gpu:
             if include_cpu:
                 candidates.append(catalog_candidate(accel))
@@ -270,11 +272,11 @@ def _resolve_dtype(request: _Request, accel: Accelerator) -> tuple[str, list[str
             return DType.BFLOAT16.value, notes
         if accel.supports_bf16:
             return DType.BFLOAT16.value, notes
-        notes.append(f"dtype half: {accel.type.value} ({accel.compute_capability}) has no bfloat16")
+        notes.append(f"dtype half: {accel.type} ({accel.compute_capability}) has no bfloat16")
         return DType.HALF.value, notes
     if request.dtype == DType.BFLOAT16 and not accel.supports_bf16:
         raise PlanningError(
-            f"engine.dtype bfloat16 is not supported on {accel.type.value} ({accel.compute_capability}; "
+            f"engine.dtype bfloat16 is not supported on {accel.type} ({accel.compute_capability}; "
             "bfloat16 "
             "needs compute capability 8.0 or newer): use dtype half or auto"
         )
@@ -287,7 +289,7 @@ def _kv_dtype_bytes(request: _Request, accel: Accelerator, dtype: str) -> int:
         return _dtype_bytes(dtype)
     if kv_dtype.startswith("fp8"):
         if not accel.supports_fp8:
-            where = f"{accel.type.value} ({accel.compute_capability})" if accel.is_gpu else "cpu"
+            where = f"{accel.type} ({accel.compute_capability})" if accel.is_gpu else "cpu"
             raise PlanningError(
                 f"--kv-cache-dtype {kv_dtype} needs FP8 support (compute capability "
                 f"{FP8_MIN_CAPABILITY.major}."
@@ -302,9 +304,7 @@ def _check_capabilities(request: _Request, candidate: Candidate) -> None:
     accel = candidate.accelerator
     if request.quantization == Quantization.FP8 and not accel.supports_fp8:
         where = (
-            f"{accel.type.value} is {accel.compute_capability}"
-            if accel.is_gpu
-            else "cpu has no FP8 tensor cores"
+            f"{accel.type} is {accel.compute_capability}" if accel.is_gpu else "cpu has no FP8 tensor cores"
         )
         raise PlanningError(
             f"engine.quantization fp8 needs FP8 support (compute capability {FP8_MIN_CAPABILITY.major}."
@@ -330,7 +330,7 @@ def _check_capabilities(request: _Request, candidate: Candidate) -> None:
     ):
         raise PlanningError(
             f"head dimension {request.shape.head_dim} is below {TRITON_ATTENTION_MIN_HEAD_DIM}, the smallest "
-            f"vLLM's {PRE_AMPERE_ATTENTION_BACKEND} backend (the one that runs on {accel.type.value}) "
+            f"vLLM's {PRE_AMPERE_ATTENTION_BACKEND} backend (the one that runs on {accel.type}) "
             "supports"
         )
 
@@ -760,8 +760,7 @@ def _place(candidate: Candidate, config: PlanningConfig, inventory: Inventory | 
         product = accel.canonical_product
         if inventory is not None:
             notes.append(
-                f"no node has {candidate.count} {accel.type.value} GPU(s) allocatable now; the pod waits "
-                "for one"
+                f"no node has {candidate.count} {accel.type} GPU(s) allocatable now; the pod waits for one"
             )
     return _Placement(candidate=candidate, mig_strategy=None, product=product, notes=tuple(notes))
 
@@ -828,7 +827,7 @@ def _vllm_args(
         if request.extra.attention_backend is None:
             args += ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
             notes.append(
-                f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type.value} "
+                f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type} "
                 f"({accel.compute_capability}) has no FlashAttention-2"
             )
         else:
@@ -864,6 +863,19 @@ def _request(spec: LlamaServiceSpec, config: PlanningConfig) -> _Request:
     )
 
 
+UNKNOWN_GPUS_NOTE = "match no accelerator in the catalog, so auto cannot use them"
+
+
+def unknown_gpus_note(inventory: Inventory) -> str:
+    """What auto says of GPU nodes it had to leave out: never a silent skip."""
+    listed = ", ".join(
+        f"{product} ({nodes} node{'s' if nodes > 1 else ''})" for product, nodes in inventory.unknown_gpus
+    )
+    return (
+        f"GPU nodes labelled {listed} {UNKNOWN_GPUS_NOTE}: add them under the operator's config.accelerators"
+    )
+
+
 def _choose_auto(
     request: _Request, config: PlanningConfig, inventory: Inventory | None
 ) -> tuple[_Sized, list[str]]:
@@ -873,6 +885,8 @@ def _choose_auto(
     notes: list[str] = []
     if inventory is not None:
         present = [c for c in candidates if _present(c, inventory)]
+        if inventory.unknown_gpus:
+            notes.append(unknown_gpus_note(inventory))
     else:
         present = candidates
         notes.append("no node inventory: chose the cheapest catalog option; it may not exist in the cluster")
@@ -890,19 +904,23 @@ def _choose_auto(
             )
             return sized, notes
     if inventory is not None:
+        unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
         raise PlanningError(
             f"no accelerator present in the cluster fits {request.model_name} (present: "
             f"{inventory.describe()}); "
-            f"{_smallest_fitting(request, config)}"
+            f"{_smallest_fitting(request, config)}{unknown}"
         )
     raise PlanningError(
         f"no accelerator in the catalog fits {request.model_name}: {_smallest_fitting(request, config)}"
     )
 
 
-def _explicit_candidate(spec: LlamaServiceSpec) -> Candidate:
-    accel = accelerator(spec.accelerator.type)
-    mig = accel.mig_profile(spec.accelerator.mig) if spec.accelerator.mig is not None else None
+def _explicit_candidate(spec: LlamaServiceSpec, config: PlanningConfig) -> Candidate:
+    try:
+        accel = config.catalog.get(spec.accelerator.type)
+        mig = accel.mig_profile(spec.accelerator.mig) if spec.accelerator.mig is not None else None
+    except KeyError as err:  # a type or profile the platform has not defined
+        raise PlanningError(f"accelerator: {err.args[0]}") from None
     return catalog_candidate(accel, mig=mig, count=spec.accelerator.count)
 
 
@@ -922,7 +940,7 @@ def plan_service(
         notes += auto_notes
         placement = _place(sized.candidate, config, inventory)
     else:
-        candidate = _explicit_candidate(spec)
+        candidate = _explicit_candidate(spec, config)
         placement = _place(candidate, config, inventory)
         try:
             sized = _size(request, placement.candidate, config)
@@ -985,7 +1003,7 @@ def plan_service(
         sized.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
     )
     return Plan(
-        accelerator=accel.type.value,
+        accelerator=accel.type,
         mig=candidate.mig.name if candidate.mig is not None else None,
         mig_strategy=placement.mig_strategy,
         count=candidate.count,

@@ -13,6 +13,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
+from llama_operator.catalog.accelerators import catalog_from_settings
 from llama_operator.desired.inference_pool import build_inference_pool
 from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
@@ -38,6 +39,7 @@ def planning_config(settings: Settings) -> PlanningConfig:
         "allowed_image_prefixes": tuple(settings.allowed_image_prefixes),
         "allowed_code_loading_flags": tuple(settings.allowed_code_loading_flags),
         "allow_trust_remote_code": settings.allow_trust_remote_code,
+        "catalog": catalog_from_settings(settings.accelerators),
     }
     if settings.gpu_image:
         kwargs["gpu_image"] = settings.gpu_image
