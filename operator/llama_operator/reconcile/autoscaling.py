@@ -73,6 +73,28 @@ class AutoscaleOutcome:
     events: list[Event]
 
 
+class _Conditions:
+    """The status conditions being written: each set keeps its transition time unless it changes."""
+
+    def __init__(self, status: Mapping[str, Any] | None, *, now: datetime, generation: int | None) -> None:
+        self.items = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
+        self.now, self.generation = now, generation
+
+    def find(self, type_: ConditionType) -> Condition | None:
+        return find_condition(self.items, type_)
+
+    def set(self, type_: ConditionType, ok: ConditionStatus, reason: str, message: str) -> None:
+        self.items = set_condition(
+            self.items,
+            type=type_,
+            status=ok,
+            reason=reason,
+            message=message,
+            now=self.now,
+            generation=self.generation,
+        )
+
+
 def autoscale_outcome(
     status: Mapping[str, Any] | None,
     decision: Decision,
@@ -87,120 +109,23 @@ def autoscale_outcome(
     scale_to_zero: bool = False,
     activation: LastActivation | None = None,
 ) -> AutoscaleOutcome:
-    conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
-    events: list[Event] = []
-    current = signals.current_replicas
-
-    def cond(type_: ConditionType, ok: ConditionStatus, reason: str, message: str) -> None:
-        nonlocal conditions
-        conditions = set_condition(
-            conditions, type=type_, status=ok, reason=reason, message=message, now=now, generation=generation
-        )
-
-    was_active = find_condition(conditions, ConditionType.SCALING_ACTIVE)
-    if decision.no_data:
-        why = (
-            f"Prometheus unavailable: {prometheus_error}"
-            if prometheus_error
-            else ("no vLLM metrics for this LlamaService (targets down, stale or missing series)")
-        )
-        cond(
-            ConditionType.SCALING_ACTIVE,
-            ConditionStatus.FALSE,
-            "NoMetrics",
-            f"{why}; holding {current} replicas",
-        )
-        if was_active is None or was_active.status != ConditionStatus.FALSE:
-            events.append(
-                Event(
-                    "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind", warning=True
-                )
-            )
-    elif current == 0 and signals.status is SignalStatus.NO_DATA:
-        # No pod, no metrics: expected at zero; the activator's report of held requests is the signal.
-        cond(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "ScaledToZero", decision.reason)
-        if was_active is not None and was_active.status == ConditionStatus.FALSE:
-            events.append(Event("MetricsRestored", "autoscaling resumed at zero replicas", warning=False))
-    else:
-        cond(
-            ConditionType.SCALING_ACTIVE,
-            ConditionStatus.TRUE,
-            "ValidMetrics",
-            f"signals {signals.status.value}: {decision.reason}",
-        )
-        if was_active is not None and was_active.status == ConditionStatus.FALSE:
-            events.append(
-                Event("MetricsRestored", "vLLM metrics are back; autoscaling resumed", warning=False)
-            )
-
-    if decision.scaling_limited:
-        cond(
-            ConditionType.SCALING_LIMITED,
-            ConditionStatus.TRUE,
-            "TooFewReplicas",
-            decision.limited_message or "maxReplicas reached",
-        )
-    else:
-        cond(
-            ConditionType.SCALING_LIMITED,
-            ConditionStatus.FALSE,
-            "WithinBounds",
-            "the need fits within min/max",
-        )
-
-    if scale_to_zero:
-        if decision.desired_replicas == 0:
-            cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "Idle", decision.reason)
-        elif current == 0 or (
-            signals.ready_replicas == 0 and decision.state.activation_requested_time is not None
-        ):
-            cond(
-                ConditionType.SCALED_TO_ZERO,
-                ConditionStatus.FALSE,
-                "Activating",
-                f"waking from zero: {decision.reason}",
-            )
-        elif not signals.activator_available:
-            cond(
-                ConditionType.SCALED_TO_ZERO,
-                ConditionStatus.FALSE,
-                "ActivatorUnavailable",
-                "no activator is ready to hold requests: the service keeps one replica",
-            )
-        else:
-            cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Serving", decision.reason)
-    elif find_condition(conditions, ConditionType.SCALED_TO_ZERO) is not None:
-        cond(ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Disabled", "minReplicas is 1 or more")
-
+    """The status patch, the replica write and the Events of one decision."""
+    conditions = _Conditions(status, now=now, generation=generation)
+    events = _scaling_active(conditions, decision, signals, prometheus_error)
+    _scaling_limited(conditions, decision)
+    _scaled_to_zero(conditions, decision, signals, scale_to_zero=scale_to_zero)
     ttft = signals.ttft_percentile_seconds
     tpot = signals.tpot_percentile_seconds if slo_tpot_seconds is not None else None
-    if decision.slo_met is None:
-        cond(
-            ConditionType.SLO_MET,
-            ConditionStatus.UNKNOWN,
-            "NoObservation",
-            "no requests observed in the window",
-        )
-    elif decision.slo_met:
-        cond(
-            ConditionType.SLO_MET,
-            ConditionStatus.TRUE,
-            "WithinSLO",
-            _slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds),
-        )
-    else:
-        missed = []
-        if ttft is not None and ttft > slo_ttft_seconds:
-            missed.append("TTFT")
-        if tpot is not None and slo_tpot_seconds is not None and tpot > slo_tpot_seconds:
-            missed.append("TPOT")
-        cond(
-            ConditionType.SLO_MET,
-            ConditionStatus.FALSE,
-            "SLOBreached",
-            f"{' and '.join(missed)} above the SLO: {_slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds)}",
-        )
+    _slo_met_condition(
+        conditions,
+        decision,
+        ttft=ttft,
+        slo_ttft_seconds=slo_ttft_seconds,
+        tpot=tpot,
+        slo_tpot_seconds=slo_tpot_seconds,
+    )
 
+    current = signals.current_replicas
     previous = (status or {}).get("autoscaling") or {}
     last = previous.get("lastDecision")
     replicas: int | None = None
@@ -236,8 +161,138 @@ def autoscale_outcome(
         autoscaling["lastActivationTime"] = activation.time
     return AutoscaleOutcome(
         replicas=replicas,
-        status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions]},
+        status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions.items]},
         events=events,
+    )
+
+
+def _scaling_active(
+    conditions: _Conditions, decision: Decision, signals: Signals, prometheus_error: str | None
+) -> list[Event]:
+    """ScalingActive: whether the policy sees metrics; an Event when they go and when they come back."""
+    current = signals.current_replicas
+    was_active = conditions.find(ConditionType.SCALING_ACTIVE)
+    restored = was_active is not None and was_active.status == ConditionStatus.FALSE
+    if decision.no_data:
+        why = (
+            f"Prometheus unavailable: {prometheus_error}"
+            if prometheus_error
+            else ("no vLLM metrics for this LlamaService (targets down, stale or missing series)")
+        )
+        conditions.set(
+            ConditionType.SCALING_ACTIVE,
+            ConditionStatus.FALSE,
+            "NoMetrics",
+            f"{why}; holding {current} replicas",
+        )
+        if was_active is None or was_active.status != ConditionStatus.FALSE:
+            return [
+                Event(
+                    "NoMetrics", f"{why}; replicas held at {current}, never scaled down blind", warning=True
+                )
+            ]
+        return []
+    if current == 0 and signals.status is SignalStatus.NO_DATA:
+        # No pod, no metrics: expected at zero; the activator's report of held requests is the signal.
+        conditions.set(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "ScaledToZero", decision.reason)
+        return (
+            [Event("MetricsRestored", "autoscaling resumed at zero replicas", warning=False)]
+            if restored
+            else []
+        )
+    conditions.set(
+        ConditionType.SCALING_ACTIVE,
+        ConditionStatus.TRUE,
+        "ValidMetrics",
+        f"signals {signals.status.value}: {decision.reason}",
+    )
+    if restored:
+        return [Event("MetricsRestored", "vLLM metrics are back; autoscaling resumed", warning=False)]
+    return []
+
+
+def _scaling_limited(conditions: _Conditions, decision: Decision) -> None:
+    """ScalingLimited: whether the need exceeds maxReplicas."""
+    if decision.scaling_limited:
+        conditions.set(
+            ConditionType.SCALING_LIMITED,
+            ConditionStatus.TRUE,
+            "TooFewReplicas",
+            decision.limited_message or "maxReplicas reached",
+        )
+    else:
+        conditions.set(
+            ConditionType.SCALING_LIMITED,
+            ConditionStatus.FALSE,
+            "WithinBounds",
+            "the need fits within min/max",
+        )
+
+
+def _scaled_to_zero(
+    conditions: _Conditions, decision: Decision, signals: Signals, *, scale_to_zero: bool
+) -> None:
+    """ScaledToZero, for a service that may scale to zero (and once more when it no longer may)."""
+    if not scale_to_zero:
+        if conditions.find(ConditionType.SCALED_TO_ZERO) is not None:
+            conditions.set(
+                ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Disabled", "minReplicas is 1 or more"
+            )
+        return
+    if decision.desired_replicas == 0:
+        conditions.set(ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "Idle", decision.reason)
+    elif signals.current_replicas == 0 or (
+        signals.ready_replicas == 0 and decision.state.activation_requested_time is not None
+    ):
+        conditions.set(
+            ConditionType.SCALED_TO_ZERO,
+            ConditionStatus.FALSE,
+            "Activating",
+            f"waking from zero: {decision.reason}",
+        )
+    elif not signals.activator_available:
+        conditions.set(
+            ConditionType.SCALED_TO_ZERO,
+            ConditionStatus.FALSE,
+            "ActivatorUnavailable",
+            "no activator is ready to hold requests: the service keeps one replica",
+        )
+    else:
+        conditions.set(ConditionType.SCALED_TO_ZERO, ConditionStatus.FALSE, "Serving", decision.reason)
+
+
+def _slo_met_condition(
+    conditions: _Conditions,
+    decision: Decision,
+    *,
+    ttft: float | None,
+    slo_ttft_seconds: float,
+    tpot: float | None,
+    slo_tpot_seconds: float | None,
+) -> None:
+    """SLOMet: the observed percentiles against the objectives, naming the one missed."""
+    if decision.slo_met is None:
+        conditions.set(
+            ConditionType.SLO_MET,
+            ConditionStatus.UNKNOWN,
+            "NoObservation",
+            "no requests observed in the window",
+        )
+        return
+    observed = _slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds)
+    if decision.slo_met:
+        conditions.set(ConditionType.SLO_MET, ConditionStatus.TRUE, "WithinSLO", observed)
+        return
+    missed = []
+    if ttft is not None and ttft > slo_ttft_seconds:
+        missed.append("TTFT")
+    if tpot is not None and slo_tpot_seconds is not None and tpot > slo_tpot_seconds:
+        missed.append("TPOT")
+    conditions.set(
+        ConditionType.SLO_MET,
+        ConditionStatus.FALSE,
+        "SLOBreached",
+        f"{' and '.join(missed)} above the SLO: {observed}",
     )
 
 
