@@ -8,7 +8,9 @@ How each kind of command runs:
 - `pip install ...`: resolved without installing (`uv pip install --dry-run`), extras included.
 - `llama-operator ...` and the bench's commands: run as written from a scratch copy of the repository (so
   `--out` paths do not overwrite committed files), with the local cluster's kubeconfig; `run` must start
-  and answer /healthz, then is stopped.
+  and answer /healthz, then is stopped. The bench's long or server-bound subcommands (a whole benchmark,
+  a profile of a live vLLM, the fleet simulator, which runs until stopped) are checked by the bench's own
+  argument parser here; their make targets run them in full.
 - `helm install|upgrade`: rendered with `helm template` and the same chart, namespace and values (the
   `--set` forms included: the chart's schema judges them); an upgrade must keep earlier values
   (`--reuse-values`) and target the namespace the install guide uses.
@@ -41,6 +43,17 @@ MARKER = re.compile(r"<!--\s*commands:\s*(?P<why>.+?)\s*-->")
 BIN = Path(sys.executable).parent
 # The commands of our own programs, run as written.
 OWN_PROGRAMS = {"llama-operator", "llama-bench"}
+# Subcommands that run for minutes or need a live server: their arguments are checked, not run.
+PARSED_ONLY = {
+    ("llama-bench", "bench"),
+    ("llama-bench", "profile"),
+    ("llama-bench", "replay"),
+    ("llama-bench", "fleet-sim"),
+    ("llama-bench", "fleet-drive"),
+}
+PARSE_ONLY_SCRIPT = (
+    "import sys; from llama_bench.cli import build_parser; build_parser().parse_args(sys.argv[1:])"
+)
 INSTALL_NAMESPACE = "llama-operator"  # docs/install.md's: every other helm command in the docs uses it too
 
 
@@ -153,6 +166,8 @@ def _run_own_program(command: Command, cluster: Cluster, tmp_path: Path) -> None
     env = {**os.environ, "KUBECONFIG": str(cluster.info.kubeconfig), "MPLBACKEND": "Agg"}
     cwd = _scratch_repo(tmp_path)
     program = [str(BIN / argv[0]), *argv[1:]]
+    if tuple(argv[:2]) in PARSED_ONLY:
+        program = [sys.executable, "-c", PARSE_ONLY_SCRIPT, *argv[1:]]
     if argv[1:2] == ["run"]:  # the operator: it starts, answers /healthz, and is stopped
         health = free_port()
         env |= {
