@@ -63,6 +63,19 @@ _CODE_TEXT = re.compile(
 _POINTS_ELSEWHERE = re.compile(r"\bvia (`?--[a-z0-9-]+|plugins\b)", re.IGNORECASE)
 
 
+# Keys whose text does not say it but whose effect is running code, found by reading vLLM's and torch's
+# use of them (a review, kept here so the contract carries it): by flag dest, key and why.
+_REVIEWED_CODE_KEYS: dict[str, dict[str, str]] = {
+    "compilation_config": {
+        # torch._inductor.config settings, among them the C++ compiler Inductor executes (cpp.cxx).
+        "inductor_compile_config": "sets torch inductor's configuration, including the compiler it runs",
+        # vLLM loads the compiled graphs it finds there (generated Python and shared objects) and runs them.
+        "cache_dir": "vLLM loads and runs the compiled artifacts it finds in it",
+        "local_cache_dir": "vLLM loads and runs the compiled artifacts it finds in it",
+    },
+}
+
+
 def _loads_code(name: str, text: str) -> bool:
     if _CODE_NAME.search(name):
         return True
@@ -111,6 +124,13 @@ def _value_type(converter: Any) -> ValueType:
             probed = None
         return ValueType("lower-snake" if probed == _LOWER_SNAKE_PROBE[1] else "any")
     return ValueType(_NAMED_TYPES.get(name, "any"))
+
+
+def _with_reviewed_code_keys(dest: str, value_type: ValueType) -> ValueType:
+    reviewed = set(_REVIEWED_CODE_KEYS.get(dest, {})) & set(value_type.fields or ())
+    if not reviewed:
+        return value_type
+    return dataclasses.replace(value_type, code_keys=sorted({*(value_type.code_keys or ()), *reviewed}))
 
 
 def _dataclass_docs(parse_dataclass: Any) -> dict[str, str] | None:
@@ -190,6 +210,7 @@ def describe(action: argparse.Action, bounds: dict[str, dict[str, float]]) -> di
         value_type = _lora_modules()
     else:
         value_type = _value_type(action.type) if takes_value else ValueType("none")
+    value_type = _with_reviewed_code_keys(action.dest, value_type)
     nargs = (
         action.nargs if isinstance(action.nargs, (int, str)) or action.nargs is None else str(action.nargs)
     )

@@ -43,6 +43,8 @@ CODE_LOADING_CASES: list[list[str]] = [
     ["--logging-config.pylogging_config_file", "/models/logging.json"],
     ["--log-config-file", "/models/logging.json"],
     ["--compilation-config", '{"inductor_passes": {"p": "evil.run"}}'],
+    ["--compilation-config", '{"inductor_compile_config": {"cpp.cxx": ["/models/evil"]}}'],
+    ["--compilation-config.cache_dir", "/models/compiled"],
     ["--structured-outputs-config.reasoning_parser_plugin", "/models/evil.py"],
     ["--tool-server", "demo"],
 ]
@@ -80,6 +82,8 @@ def test_the_contract_marks_the_code_loading_flags_found_in_the_parser() -> None
         "ec_transfer_config.ec_connector_module_path",
         "logging_config.pylogging_config_file",
         "compilation_config.inductor_passes",
+        "compilation_config.inductor_compile_config",  # reviewed: the text does not say so
+        "compilation_config.cache_dir",
     } <= keys
     # Flags that only choose among what the image registered are not code loading.
     assert not marked & {"tool_call_parser", "tokenizer_mode", "load_format", "reasoning_parser"}
