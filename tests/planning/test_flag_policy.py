@@ -162,7 +162,6 @@ def test_trust_remote_code_is_a_typed_field_the_platform_allows_or_forbids() -> 
         (["--profiler-config", '{"profiler": "torch"}'], "/start_profile"),
         (["--profiler-config.profiler", "torch"], "/start_profile"),
         (["--enable-fault-tolerance"], "control endpoint"),
-        (["--uvicorn-log-level", "trace"], "Authorization"),
     ],
 )
 def test_listener_and_layout_flags_are_refused_with_the_reason(args: list[str], reason: str) -> None:

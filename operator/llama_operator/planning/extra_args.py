@@ -104,12 +104,6 @@ LAYOUT_FLAGS: dict[str, str] = {
     "data_parallel_multi_port_external_lb": "set spec.replicas or spec.autoscaling (one engine per pod)",
     "data_parallel_supervisor_port": "set spec.replicas or spec.autoscaling (one engine per pod)",
 }
-# Values of a flag that the pod must not run with, by dest and value, with why.
-REFUSED_VALUES: dict[str, dict[str, str]] = {
-    # uvicorn's trace level logs each request's ASGI scope, its headers included: the API key's
-    # Authorization header would be in the pod's log.
-    "uvicorn_log_level": {"trace": "it logs every request's headers, the API key's Authorization among them"},
-}
 # Keys of --hf-overrides (the model's Hugging Face config, at any depth) that the planner sized from or that
 # name code, with the field that sets them: a T4 refuses engine.quantization fp8, and must refuse it here too.
 HF_OVERRIDE_KEYS: dict[str, str] = {
@@ -427,10 +421,6 @@ def _check_value(flag: Flag, name: str, value: str, where: str, policy: CodePoli
             close = difflib.get_close_matches(chosen, flag.choices, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             raise PlanningError(f"{where} must be one of {', '.join(flag.choices)}{hint}")
-    refused = REFUSED_VALUES.get(flag.dest, {})
-    if value.lower() in refused:  # the table's own text is shown, not the item's
-        known = value.lower()
-        raise PlanningError(f"{where} is refused with the value {known}: {refused[known]}")
     number = _number(flag, value)
     if number is not None:
         _check_bounds(flag, name, number, where)
