@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_PROMPT_TOKEN_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.catalog import vllm
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm.v1.engine.FinishReason
@@ -123,37 +124,37 @@ def render(model_name: str, stats: PodStats, gauges: PodGauges) -> str:
     def sample(name: str, value: float, text_labels: str = labels) -> None:
         out.append(f"{name}{text_labels} {go_float(value)}")
 
-    family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
-    sample("vllm:num_requests_running", gauges.running)
-    family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
-    sample("vllm:num_requests_waiting", gauges.waiting)
-    family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
-    sample("vllm:kv_cache_usage_perc", gauges.kv_cache_usage)
+    family(vllm.VLLM_RUNNING, "gauge", "Number of requests in model execution batches.")
+    sample(vllm.VLLM_RUNNING, gauges.running)
+    family(vllm.VLLM_WAITING, "gauge", "Number of requests waiting to be processed.")
+    sample(vllm.VLLM_WAITING, gauges.waiting)
+    family(vllm.KV_CACHE_METRICS[0], "gauge", "KV-cache usage. 1 means 100 percent usage.")
+    sample(vllm.KV_CACHE_METRICS[0], gauges.kv_cache_usage)
     # Preemption is not modelled (admission reserves whole sequences): the counter stays at zero.
-    family("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.")
-    sample("vllm:num_preemptions_total", 0)
-    family("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.")
-    sample("vllm:prompt_tokens_total", stats.prompt_tokens)
-    family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.")
-    sample("vllm:generation_tokens_total", stats.generation_tokens)
-    family("vllm:request_success_total", "counter", "Count of successfully processed requests.")
+    family(vllm.VLLM_PREEMPTIONS, "counter", "Cumulative number of preemption from the engine.")
+    sample(vllm.VLLM_PREEMPTIONS, 0)
+    family(vllm.VLLM_PROMPT_TOKENS, "counter", "Number of prefill tokens processed.")
+    sample(vllm.VLLM_PROMPT_TOKENS, stats.prompt_tokens)
+    family(vllm.VLLM_GENERATION_TOKENS, "counter", "Number of generation tokens processed.")
+    sample(vllm.VLLM_GENERATION_TOKENS, stats.generation_tokens)
+    family(vllm.VLLM_REQUEST_SUCCESS, "counter", "Count of successfully processed requests.")
     for reason, reason_label in zip(FINISH_REASONS, reason_labels, strict=True):
         # vLLM creates every reason's series; simulated requests all stop
-        sample("vllm:request_success_total", stats.successes if reason == "stop" else 0, reason_label)
+        sample(vllm.VLLM_REQUEST_SUCCESS, stats.successes if reason == "stop" else 0, reason_label)
     for (name, help_text, histogram), bounds_labels in zip(
         (
-            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", stats.ttft),
+            (vllm.VLLM_TTFT, "Histogram of time to first token in seconds.", stats.ttft),
             (
-                "vllm:inter_token_latency_seconds",
+                vllm.VLLM_ITL,
                 "Histogram of inter-token latency in seconds.",
                 stats.inter_token,
             ),
             (
-                "vllm:e2e_request_latency_seconds",
+                vllm.VLLM_E2E_LATENCY,
                 "Histogram of e2e request latency in seconds.",
                 stats.e2e_latency,
             ),
-            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", stats.prompt_lengths),
+            (vllm.VLLM_REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.", stats.prompt_lengths),
         ),
         bucket_labels,
         strict=True,

@@ -24,6 +24,7 @@ import aiohttp
 from llama_bench.sim.profile import DecodePoint, MeasuredProfile, PrefillPoint
 from llama_bench.sim.progress import Progress
 from llama_bench.sim.trace import TraceRequest
+from llama_operator.catalog import vllm
 
 
 class ProbeError(RuntimeError):
@@ -204,12 +205,8 @@ async def _max_concurrency(client: VllmClient, probe: int, progress: Progress) -
         except (ProbeError, aiohttp.ClientError):
             await asyncio.sleep(0.1)
             continue
-        running = sum(
-            v for labels, v in metric_samples(text, "vllm:num_requests_running") if _mine(labels, client)
-        )
-        waiting = sum(
-            v for labels, v in metric_samples(text, "vllm:num_requests_waiting") if _mine(labels, client)
-        )
+        running = sum(v for labels, v in metric_samples(text, vllm.VLLM_RUNNING) if _mine(labels, client))
+        waiting = sum(v for labels, v in metric_samples(text, vllm.VLLM_WAITING) if _mine(labels, client))
         if waiting > 0:
             waited = True
             best_running = max(best_running, running)
@@ -350,7 +347,7 @@ async def measure_profile(
     async with VllmClient(url, model, api_key) as client:
         progress(f"server {client.url}: model {client.model}, max_model_len {client.max_model_len}")
         text = await client.metrics()
-        info = [labels for labels, _ in metric_samples(text, "vllm:cache_config_info")]
+        info = [labels for labels, _ in metric_samples(text, vllm.VLLM_CACHE_CONFIG)]
         kv_tokens = 0
         for labels in info:
             if labels.get("kv_cache_size_tokens", "").isdigit():
@@ -358,8 +355,8 @@ async def measure_profile(
             elif labels.get("num_gpu_blocks", "").isdigit() and labels.get("block_size", "").isdigit():
                 kv_tokens = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
         if kv_tokens <= 0:
-            raise ProbeError(f"{client.url}/metrics has no vllm:cache_config_info with the KV cache size")
-        progress(f"KV cache: {kv_tokens} tokens (vllm:cache_config_info)")
+            raise ProbeError(f"{client.url}/metrics has no {vllm.VLLM_CACHE_CONFIG} with the KV cache size")
+        progress(f"KV cache: {kv_tokens} tokens ({vllm.VLLM_CACHE_CONFIG})")
         _ok([await client.stream(16, 4) for _ in range(2)])  # warm up
         max_seqs, source = await _max_concurrency(client, 2 * options.max_batch, progress)
         prefill = await _prefill_points(client, options, progress)

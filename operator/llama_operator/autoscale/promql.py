@@ -16,17 +16,22 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from llama_operator.autoscale.signals import Signals, SignalStatus, histogram_quantile
+from llama_operator.catalog.vllm import (
+    KV_CACHE_METRICS,
+    VLLM_GENERATION_TOKENS,
+    VLLM_ITL,
+    VLLM_PROMPT_TOKENS,
+    VLLM_REQUEST_PROMPT_TOKENS,
+    VLLM_RUNNING,
+    VLLM_TTFT,
+    VLLM_WAITING,
+)
 
-# vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (deprecated in one minor, removed two later).
-KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-
-# TPOT: vLLM 0.32 observes every inter-token interval here (vllm:time_per_output_token_seconds, its old
-# name, is removed; vllm:request_time_per_output_token_seconds is one mean per request).
-ITL_METRIC = "vllm:inter_token_latency_seconds"
+ITL_METRIC = VLLM_ITL  # the TPOT histogram (catalog/vllm.py)
 _HISTOGRAMS = {
-    "ttft": "vllm:time_to_first_token_seconds_bucket",
-    "tpot": f"{ITL_METRIC}_bucket",
-    "prompt": "vllm:request_prompt_tokens_bucket",
+    "ttft": f"{VLLM_TTFT}_bucket",
+    "tpot": f"{VLLM_ITL}_bucket",
+    "prompt": f"{VLLM_REQUEST_PROMPT_TOKENS}_bucket",
 }
 _BUCKET_QUERIES = tuple(f"{name}_buckets" for name in _HISTOGRAMS)
 MAX_PERCENTILE_QUERIES = 3  # distinct SLO percentiles asked of Prometheus; more: bucket rates
@@ -88,12 +93,12 @@ def signal_queries(
             histograms[f"{name}_buckets"] = rates
     return {
         **histograms,
-        "request_rate": f"sum by ({by}) (rate(vllm:time_to_first_token_seconds_count[{w}]))",
-        "waiting": f"sum by ({by}) (vllm:num_requests_waiting)",
-        "running": f"sum by ({by}) (vllm:num_requests_running)",
+        "request_rate": f"sum by ({by}) (rate({VLLM_TTFT}_count[{w}]))",
+        "waiting": f"sum by ({by}) ({VLLM_WAITING})",
+        "running": f"sum by ({by}) ({VLLM_RUNNING})",
         "kv_cache": f"avg by ({by}) ({kv_metric})",
-        "prompt_tokens": f"sum by ({by}) (rate(vllm:prompt_tokens_total[{w}]))",
-        "generation_tokens": f"sum by ({by}) (rate(vllm:generation_tokens_total[{w}]))",
+        "prompt_tokens": f"sum by ({by}) (rate({VLLM_PROMPT_TOKENS}[{w}]))",
+        "generation_tokens": f"sum by ({by}) (rate({VLLM_GENERATION_TOKENS}[{w}]))",
         # Scrape health of the service's targets: up is 1 per target scraped in the last interval.
         "targets_up": f'sum by ({by}) (up{{{labels.service}!=""}})',
     }

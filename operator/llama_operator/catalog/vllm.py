@@ -8,3 +8,23 @@ from __future__ import annotations
 
 VLLM_PORT = 8000
 MODEL_CACHE_PATH = "/models"
+
+# The series of the pinned vLLM (V1 engine) the operator reads: the autoscaler's queries, the dashboard and
+# the rules (observability/names.py), and the bench's simulated replicas. Histograms by family name.
+VLLM_TTFT = "vllm:time_to_first_token_seconds"  # includes the time queued
+# TPOT: vLLM 0.32 observes every inter-token interval here (vllm:time_per_output_token_seconds, its old
+# name, is removed; vllm:request_time_per_output_token_seconds is one mean per request).
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_E2E_LATENCY = "vllm:e2e_request_latency_seconds"
+VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
+VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # per request: the prompt lengths
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_REQUEST_SUCCESS = "vllm:request_success_total"
+VLLM_CACHE_CONFIG = "vllm:cache_config_info"
+# vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (deprecated in one minor, removed two later): the
+# current name first, then the former one an older pinned image still exports.
+KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")

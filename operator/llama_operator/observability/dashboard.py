@@ -115,12 +115,12 @@ SERVICE_PANELS = (
     ),
     Panel(
         "Queue depth (waiting requests)",
-        "Requests waiting for a batch slot, all replicas (vllm:num_requests_waiting).",
+        f"Requests waiting for a batch slot, all replicas ({n.VLLM_WAITING}).",
         (Query(f"sum by ({BY}) ({n.VLLM_WAITING}{{{SEL}}})", f"{WHO} waiting"),),
     ),
     Panel(
         "Running requests",
-        "Requests in the running batch, all replicas (vllm:num_requests_running).",
+        f"Requests in the running batch, all replicas ({n.VLLM_RUNNING}).",
         (Query(f"sum by ({BY}) ({n.VLLM_RUNNING}{{{SEL}}})", f"{WHO} running"),),
     ),
     Panel(

@@ -1,31 +1,33 @@
-"""Metric and label names the dashboard and the rules read: the one place they are spelled.
+"""Metric and label names the dashboard and the rules read.
 
 Operator names are the contract of infra/metrics.py (a test checks each one against its registry); vLLM
-names are those of the pinned vLLM (a test checks each one against a real server's /metrics)."""
+names are those of the pinned vLLM, spelled once in catalog/vllm.py (a test checks each one against a real
+server's /metrics)."""
 
 from __future__ import annotations
 
-from llama_operator.autoscale.promql import KV_CACHE_METRICS
+from llama_operator.catalog import vllm
 
 # Labels the operator's PodMonitor puts on vLLM series, and the operator puts on its per-service series.
 NS = "namespace"
 SVC = "llamaservice"
 BY_SERVICE = f"{NS}, {SVC}"
 
-# vLLM (V1 engine) series. Histograms are named by family; the queries add _bucket/_count.
-VLLM_TTFT = "vllm:time_to_first_token_seconds"  # includes the time queued
-VLLM_ITL = "vllm:inter_token_latency_seconds"  # TPOT (was time_per_output_token_seconds)
-VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
-VLLM_WAITING = "vllm:num_requests_waiting"
-VLLM_RUNNING = "vllm:num_requests_running"
-VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"
-VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
-VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
-VLLM_KV_CACHE = KV_CACHE_METRICS[0]
+# vLLM (V1 engine) series, spelled in catalog/vllm.py (the autoscaler's queries and the bench read them
+# too). Histograms are named by family; the queries add _bucket/_count.
+VLLM_TTFT = vllm.VLLM_TTFT  # includes the time queued
+VLLM_ITL = vllm.VLLM_ITL  # TPOT (was time_per_output_token_seconds)
+VLLM_QUEUE_TIME = vllm.VLLM_QUEUE_TIME
+VLLM_WAITING = vllm.VLLM_WAITING
+VLLM_RUNNING = vllm.VLLM_RUNNING
+VLLM_PROMPT_TOKENS = vllm.VLLM_PROMPT_TOKENS
+VLLM_GENERATION_TOKENS = vllm.VLLM_GENERATION_TOKENS
+VLLM_PREEMPTIONS = vllm.VLLM_PREEMPTIONS
+VLLM_KV_CACHE = vllm.KV_CACHE_METRICS[0]
 # Older vLLMs (an image the user pinned) export the KV-cache usage under its former name: the panels
 # read either, as the autoscaler does.
-VLLM_KV_CACHE_ANY = "|".join(KV_CACHE_METRICS)
-VLLM_LEGACY_NAMES = frozenset(KV_CACHE_METRICS[1:])
+VLLM_KV_CACHE_ANY = "|".join(vllm.KV_CACHE_METRICS)
+VLLM_LEGACY_NAMES = frozenset(vllm.KV_CACHE_METRICS[1:])
 
 # The operator's own series (infra/metrics.py).
 OP_INFO = "llama_operator_info"
