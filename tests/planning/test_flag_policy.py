@@ -153,7 +153,7 @@ def test_trust_remote_code_is_a_typed_field_the_platform_allows_or_forbids() -> 
         (["--h11-max-header-count", "1"], "probes"),
         (["--h11-max-incomplete-event-size", "10"], "probes"),
         (["--allowed-local-media-path", "/"], "read files of the pod"),
-        (["--root-path", "/api"], "path prefix"),
+        (["--root-path", "/v1"], "re-roots every request path"),
         (["--grpc"], "gRPC"),
         (["--api-server-count", "2"], "one API server per pod"),
         (["-dpn", "1"], "one engine per pod"),

@@ -70,7 +70,10 @@ LAYOUT_FLAGS: dict[str, str] = {
     "ssl_cert_reqs": "the operator serves plain HTTP (no TLS, so no client certificates); use a service mesh",
     "ssl_ciphers": "the operator serves plain HTTP (no TLS); terminate TLS at the gateway or a service mesh",
     "enable_ssl_refresh": "the operator serves plain HTTP (no TLS); terminate TLS at the gateway",
-    "root_path": "it moves the API under a path prefix the probes and the Service's clients do not use",
+    # FastAPI strips the prefix from every request path that starts with it before routing (and vLLM's
+    # API-key check reads the stripped path): with /v1, /v1/models no longer resolves; with /health, the probe.
+    "root_path": "it re-roots every request path that starts with its prefix (with /v1, /v1/models stops "
+    "resolving); the probes and the Service's clients call the server's own paths",
     "h11_max_header_count": "it limits the headers of every request, the probes' included; the operator "
     "keeps vLLM's default",
     "h11_max_incomplete_event_size": "it limits the size of every request, the probes' included; the "
