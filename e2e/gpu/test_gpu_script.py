@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from llama_bench.sim.accelerators import MODELS
+from llama_operator.catalog.models import model_shape
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -79,15 +80,17 @@ def test_the_model_has_llama_32_1b_architecture(tmp_path: Path) -> None:
     )
     assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (32, 8, 64)
     assert config["vocab_size"] == 128256 and config["tie_word_embeddings"] is True
-    # The simulator's shape of the model is the same model: KV bytes per token in 16-bit.
-    kv = config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2 * 2
-    assert kv == MODELS["llama-3.2-1b"].kv_bytes_per_token
+    # The simulator's model is the catalog's (what the planner sizes): the same architecture.
+    shape = model_shape(MODELS["llama-3.2-1b"])
+    assert (config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]) == (
+        shape.layers,
+        shape.kv_heads,
+        shape.head_dim,
+    )
     # Parameters: embeddings (tied) + 16 layers of attention and MLP + norms = 1.24 B.
     h, f, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
     kv_dim = config["num_key_value_heads"] * config["head_dim"]
     per_layer = h * h * 2 + h * kv_dim * 2 + 3 * h * f + 2 * h
     parameters = config["vocab_size"] * h + layers * per_layer + h
     assert abs(parameters / 1e9 - 1.24) < 0.01
-    assert (
-        abs(parameters * 2 - MODELS["llama-3.2-1b"].weight_bytes) / MODELS["llama-3.2-1b"].weight_bytes < 0.01
-    )
+    assert abs(parameters - shape.parameters) / shape.parameters < 0.01

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 import pytest
 
 from llama_operator.autoscale.promql import (
-    KV_CACHE_METRICS,
     MAX_PERCENTILE_QUERIES,
     ServiceView,
     SignalLabels,
@@ -17,6 +16,7 @@ from llama_operator.autoscale.promql import (
     signal_queries,
 )
 from llama_operator.autoscale.signals import SignalStatus
+from llama_operator.catalog.vllm import KV_CACHE_METRICS
 
 L = SignalLabels()
 A = ("team-a", "chat")
