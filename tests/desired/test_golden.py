@@ -18,7 +18,8 @@ CASES = [
     ("t4", "examples/t4-chat.yaml", []),
     ("a10g", "examples/a10g-chat.yaml", []),
     ("mig-mixed", "examples/mig-mixed.yaml", ["--mig-strategy", "mixed"]),
-    ("mig-single", "examples/mig-single.yaml", ["--mig-strategy", "single"]),
+    # No flag: the example says its strategy itself (accelerator.migStrategy), as a user would plan it.
+    ("mig-single", "examples/mig-single.yaml", []),
     ("cpu", "examples/cpu-tiny.yaml", []),
     ("auto-on-local-cluster", "examples/auto.yaml", ["--nodes", "e2e/nodes"]),
 ]

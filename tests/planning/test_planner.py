@@ -170,6 +170,23 @@ def test_mig_strategy_follows_the_nodes_offering_the_slice() -> None:
     assert any("MIG strategy single" in n for n in p.notes)
 
 
+def test_the_specs_mig_strategy_is_kept_without_nodes_and_against_the_operators_default() -> None:
+    single = spec({"type": "h100-80gb", "mig": "1g.10gb", "migStrategy": "single"})
+    p = plan(single, PlanningConfig(mig_strategy="mixed"))
+    assert p.mig_strategy == "single"
+    assert p.resources == {"nvidia.com/gpu": "1"}
+    assert p.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+    # Nodes of the other strategy only: the spec's choice stands, and the plan says no node offers it.
+    mixed_only = inventory_from_nodes([mig_mixed_node("n1", "NVIDIA-H100-80GB-HBM3", "1g.10gb", 7)])
+    p = plan(single, PlanningConfig(mig_strategy="mixed"), mixed_only)
+    assert p.mig_strategy == "single" and any("no node offers" in n for n in p.notes)
+
+
+def test_mig_strategy_needs_a_slice() -> None:
+    with pytest.raises(ValueError, match="migStrategy applies to a MIG slice"):
+        spec({"type": "h100-80gb", "migStrategy": "single"})
+
+
 def test_mig_slice_kv_near_design_estimates() -> None:
     # Design brief (estimates at 0.9): A100-80 1g.10gb ~180k, 2g.20gb ~470k, 3g.40gb ~1.05M tokens.
     for profile, estimate in (("1g.10gb", 180_000), ("2g.20gb", 470_000), ("3g.40gb", 1_050_000)):

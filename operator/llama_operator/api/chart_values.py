@@ -138,6 +138,7 @@ LabelKey = Annotated[
     str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=316)
 ]
 
+ValidationAction = Literal["Deny", "Warn", "Audit"]
 RUNBOOK_URL = "https://github.com/llama-operator/llama-operator/blob/main/docs/runbook.md"
 
 
@@ -375,12 +376,12 @@ class AdmissionPolicyValues(ValuesModel):
         ),
     ] = False
     validation_actions: Annotated[
-        list[Literal["Deny", "Warn", "Audit"]],
+        list[ValidationAction],
         Field(
             description="What a refused change gets: Deny, or [Warn, Audit] to try the policy out first.",
             min_length=1,
         ),
-    ] = Field(default_factory=lambda: ["Deny"])
+    ] = Field(default_factory=lambda: list[ValidationAction](["Deny"]))
     exempt_usernames: Annotated[
         list[Annotated[str, Field(min_length=1)]],
         Field(description="Further users allowed to change owned objects (e.g. a GitOps controller)."),

@@ -78,6 +78,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         },
         {
+            "rule": "!has(self.migStrategy) || has(self.mig)",
+            "message": "migStrategy applies to a MIG slice: set mig too, or remove it",
+            "fieldPath": ".migStrategy",
+            "reason": "FieldValueInvalid",
+        },
+        {
             "rule": "self.type != 'cpu' || !has(self.count) || self.count == 1",
             "message": "count must be 1 on cpu",
             "fieldPath": ".count",

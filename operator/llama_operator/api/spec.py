@@ -247,6 +247,16 @@ class AcceleratorSpec(WireModel):
         int,
         Field(description="GPUs per replica (tensor parallel size). Must be 1 with a MIG slice.", ge=1, le=8),
     ] = 1
+    # The GPU Operator's MIG strategy is the cluster's; in a cluster the nodes say it. This says which the
+    # service expects where no node says (offline `plan`), or picks one where nodes of both offer the slice.
+    mig_strategy: Annotated[
+        Literal["mixed", "single"] | None,
+        Field(
+            description="With mig: how the slice is exposed, mixed (nvidia.com/mig-<profile>) or single (slices as "
+            "nvidia.com/gpu on nodes labelled with the slice's product). Unset: as the nodes offer it, else "
+            "the operator's config.migStrategy."
+        ),
+    ] = None
 
     @field_validator("type")
     @classmethod
@@ -271,6 +281,8 @@ class AcceleratorSpec(WireModel):
     @model_validator(mode="after")
     def _mig_rules(self) -> AcceleratorSpec:
         if self.mig is None:
+            if self.mig_strategy is not None:
+                raise ValueError("accelerator.migStrategy applies to a MIG slice: set mig too, or remove it")
             return self
         # A platform-defined type's profiles are the operator's catalog's: checked when planning.
         profiles: tuple[str, ...] | None = () if self.type not in BUILTIN_TYPES else None

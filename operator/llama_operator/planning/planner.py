@@ -721,18 +721,22 @@ def _with_label_memory(candidate: Candidate, offers: tuple[Offer, ...]) -> Candi
     )
 
 
-def _place(candidate: Candidate, config: PlanningConfig, inventory: Inventory | None) -> _Placement:
+def _place(
+    candidate: Candidate, config: PlanningConfig, inventory: Inventory | None, mig_strategy: str | None = None
+) -> _Placement:
+    """Where the candidate runs. `mig_strategy`: the one the spec asks for (accelerator.migStrategy), kept
+    even when only nodes of the other strategy offer the slice; else the nodes', else the operator's."""
     accel = candidate.accelerator
     notes: list[str] = []
     if not accel.is_gpu:
         return _Placement(candidate=candidate, mig_strategy=None, product="", notes=())
     if candidate.mig is not None:
         profile = candidate.mig.name
-        strategy: str = config.mig_strategy
+        strategy: str = mig_strategy or config.mig_strategy
         offers: tuple[Offer, ...] = ()
         if inventory is not None:
             offers = inventory.mig_offers(accel.type, profile, strategy)
-            if not offers:
+            if not offers and mig_strategy is None:
                 other = SINGLE if strategy == MIXED else MIXED
                 other_offers = inventory.mig_offers(accel.type, profile, other)
                 if other_offers:
@@ -938,10 +942,10 @@ def plan_service(
     if spec.accelerator.type == AcceleratorType.AUTO:
         sized, auto_notes = _choose_auto(request, config, inventory)
         notes += auto_notes
-        placement = _place(sized.candidate, config, inventory)
+        placement = _place(sized.candidate, config, inventory, spec.accelerator.mig_strategy)
     else:
         candidate = _explicit_candidate(spec, config)
-        placement = _place(candidate, config, inventory)
+        placement = _place(candidate, config, inventory, spec.accelerator.mig_strategy)
         try:
             sized = _size(request, placement.candidate, config)
         except _DoesNotFitError as error:
