@@ -6,7 +6,10 @@ the local cluster with the released image. The chart's image values are checked 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import string
 import subprocess
 import urllib.request
 import uuid
@@ -19,8 +22,8 @@ import yaml
 
 from imagebuild import registry as oci_registry
 from imagebuild.image import IMAGE_NAME, OPERATOR_UID
-from imagebuild.release import CHART_DIR, changelog_section, helm
-from localcluster.util import ClusterError
+from imagebuild.release import CHART_DIR, changelog_section, helm, python_version
+from localcluster.util import ClusterError, apt_install
 from support import Cluster, repo_root
 
 pytestmark = pytest.mark.e2e
@@ -70,7 +73,7 @@ def released(
     registry: oci_registry.Registry, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, dict[str, Any], Path]:
     """`make release` as written, on a scratch copy whose CHANGELOG.md has the new version's section."""
-    version = f"0.1.1-e2e.{uuid.uuid4().hex[:6]}"
+    version = f"0.1.1-rc.{uuid.uuid4().int % 10**6}"
     scratch = scratch_copy(tmp_path_factory.mktemp("tree"))
     changelog = scratch / "CHANGELOG.md"
     text = changelog.read_text()
@@ -111,7 +114,7 @@ def test_release_refuses_a_version_without_a_changelog_section(tmp_path: Path) -
         timeout=120,
         check=False,
     )
-    assert done.returncode != 0 and "is not a semantic version" in done.stderr, done.stderr[-2000:]
+    assert done.returncode != 0 and "is not a release version" in done.stderr, done.stderr[-2000:]
 
 
 def test_the_changelog_has_the_charts_version() -> None:
@@ -125,7 +128,9 @@ def test_the_changelog_has_the_charts_version() -> None:
 def test_the_released_image_runs_and_describes_itself(released: tuple[str, dict[str, Any], Path]) -> None:
     version, result, scratch = released
     image = json.loads((scratch / "dist" / f"{IMAGE_NAME}-{version}.image.json").read_text())
-    assert image["version_output"] == f"llama-operator {version}"  # its entrypoint, run from the image
+    assert (
+        image["version_output"] == f"llama-operator {python_version(version)}"
+    )  # its entrypoint, run from the image
     assert 50 * 2**20 < image["compressed_bytes"] < 200 * 2**20, image
     assert image["size_bytes"] > image["compressed_bytes"]
     sbom = json.loads(Path(result["sbom"]).read_text())
@@ -162,9 +167,101 @@ def test_the_registry_serves_the_image_with_its_labels(
     assert version.replace("+", "_") in tags["tags"]
 
 
-def test_helm_installs_the_released_chart_from_the_registry(
+DOC = repo_root() / "docs" / "install.md"
+DOC_MARKER = "<!-- commands: run by e2e/test_release.py -->"
+
+
+def install_md_blocks() -> list[list[str]]:
+    """docs/install.md's command blocks that name this test, continuation lines joined."""
+    lines = DOC.read_text().splitlines()
+    blocks: list[list[str]] = []
+    for i, line in enumerate(lines):
+        if line.strip() != DOC_MARKER:
+            continue
+        assert lines[i + 1].startswith("```"), f"install.md:{i + 2}: no code block after the marker"
+        commands, pending = [], ""
+        for body in lines[i + 2 :]:
+            if body.startswith("```"):
+                break
+            pending += body.rstrip("\\").strip() + " "
+            if not body.endswith("\\"):
+                commands.append(pending.strip())
+                pending = ""
+        blocks.append(commands)
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci_registry.Registry]:
+    with oci_registry.serving(tmp_path_factory.mktemp("mirror")) as served:
+        yield served
+
+
+def test_install_md_mirrors_the_release_and_installs_it_from_the_mirror(
+    cluster: Cluster,
+    registry: oci_registry.Registry,
+    mirror: oci_registry.Registry,
+    released: tuple[str, dict[str, Any], Path],
+    tmp_path: Path,
+) -> None:
+    """install.md's mirror and install blocks as written, with $SOURCE the release's registry, $MIRROR a
+    second one, and what a local registry and a shared cluster need: plain HTTP (skopeo's
+    --src/dest-tls-verify=false, helm's --plain-http), and the install's own release name and namespace with
+    crds.install=false (the session's CRD is the cluster's)."""
+    version, result, _ = released
+    blocks = install_md_blocks()
+    assert [len(b) for b in blocks] == [3, 1], blocks
+    env = {
+        **os.environ,
+        "SOURCE": registry.host,
+        "MIRROR": mirror.host,
+        "VERSION": version,
+    }
+    apt_install("skopeo", Path("/usr/bin/skopeo"))
+    release, namespace = f"rel-{uuid.uuid4().hex[:6]}", f"e2e-release-{uuid.uuid4().hex[:6]}"
+    try:
+        for command in [*blocks[0], *blocks[1]]:
+            argv = [string.Template(a).substitute(env) for a in shlex.split(command)]
+            if argv[:2] == ["skopeo", "copy"]:
+                argv[2:2] = ["--src-tls-verify=false", "--dest-tls-verify=false"]
+            if argv[0] == "helm":
+                argv = [helm(), *argv[1:], "--plain-http"]
+                if argv[1] == "install":
+                    assert argv[2] == "llama-operator" and argv[argv.index("-n") + 1] == "llama-operator"
+                    argv[2] = release
+                    argv[argv.index("-n") + 1] = namespace
+                    argv += ["--set", "crds.install=false", f"--kubeconfig={cluster.info.kubeconfig}"]
+            done = subprocess.run(
+                argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+            )
+            assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+        mirrored = f"{mirror.host}/{IMAGE_NAME}:{version}"
+        _, headers = get(f"http://{mirror.host}/v2/{IMAGE_NAME}/manifests/{version}", MANIFEST_TYPES)
+        assert headers.get("Docker-Content-Digest") == result["image_digest"], "the mirror changed the digest"
+        deployments = json.loads(cluster.kubectl("-n", namespace, "get", "deployments", "-o", "json").stdout)
+        images = {
+            d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]]
+            for d in deployments["items"]
+        }
+        assert images == {f"{release}-llama-operator": [mirrored]}, images
+        labels = {d["metadata"]["labels"].get("helm.sh/chart") for d in deployments["items"]}
+        assert labels == {f"llama-operator-{version}"}
+        metadata = json.loads(cluster.helm("get", "metadata", release, "-n", namespace, "-o", "json").stdout)
+        assert (metadata["chart"], metadata["version"], metadata["appVersion"]) == (
+            "llama-operator",
+            version,
+            version,
+        )
+    finally:
+        cluster.helm("uninstall", release, "-n", namespace)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_helm_installs_the_released_chart_with_both_images(
     cluster: Cluster, registry: oci_registry.Registry, released: tuple[str, dict[str, Any], Path]
 ) -> None:
+    """`helm install oci://` from the release's registry, the activator on: both Deployments name the
+    released image."""
     version, result, _ = released
     release, namespace = f"rel-{uuid.uuid4().hex[:6]}", f"e2e-release-{uuid.uuid4().hex[:6]}"
     try:
@@ -179,7 +276,7 @@ def test_helm_installs_the_released_chart_from_the_registry(
             namespace,
             "--create-namespace",
             "--set",
-            "crds.install=false",  # the session's CRD belongs to the cluster, not to this release
+            "crds.install=false",
             "--set",
             f"image.repository={registry.host}/{IMAGE_NAME}",
             "--set",
@@ -197,11 +294,6 @@ def test_helm_installs_the_released_chart_from_the_registry(
             f"{release}-llama-operator": [result["image"]],
             f"{release}-llama-operator-activator": [result["image"]],
         }, images
-        labels = {d["metadata"]["labels"].get("helm.sh/chart") for d in deployments["items"]}
-        assert labels == {f"llama-operator-{version.replace('+', '_')}"}
-        status = json.loads(cluster.helm("status", release, "-n", namespace, "-o", "json").stdout)
-        assert status["chart"]["metadata"]["version"] == version
-        assert status["chart"]["metadata"]["appVersion"] == version
     finally:
         cluster.helm("uninstall", release, "-n", namespace)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
@@ -244,3 +336,12 @@ def test_operator_and_activator_images_are_separate_values() -> None:
     pinned = helm_template(f"activator.image.digest={digest}")
     assert pinned["r-llama-operator-activator"] == [f"ghcr.io/llama-operator/llama-operator@{digest}"]
     assert pinned["r-llama-operator"] == [default]
+
+
+def test_release_versions_are_semver_and_python_versions() -> None:
+    assert python_version("1.2.3") == "1.2.3"
+    assert python_version("1.2.3-rc.4") == "1.2.3rc4"
+    assert python_version("0.10.0-alpha.0") == "0.10.0a0"
+    for refused in ("1.2", "v1.2.3", "1.2.3-e2e.1", "01.2.3", "1.2.3+build"):
+        with pytest.raises(ClusterError, match="not a release version"):
+            python_version(refused)

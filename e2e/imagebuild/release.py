@@ -16,11 +16,21 @@ CHART_DIR = REPO_ROOT / "charts" / "llama-operator"
 CHART_YAML = CHART_DIR / "Chart.yaml"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 CHANGELOG = REPO_ROOT / "CHANGELOG.md"
-# Semantic versioning 2.0 (pre-release and build parts allowed), as Helm requires of chart versions.
-SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
-)
+# Semantic versioning, as Helm requires of chart versions, limited to what is also a Python (PEP 440) version
+# for the package inside the image: x.y.z, or a pre-release x.y.z-alpha.N, -beta.N, -rc.N.
+SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-(alpha|beta|rc)\.(0|[1-9]\d*))?$")
+PEP440_PRE = {"alpha": "a", "beta": "b", "rc": "rc"}
+
+
+def python_version(version: str) -> str:
+    """The package's version for a release version: 1.2.3-rc.4 -> 1.2.3rc4."""
+    match = SEMVER.match(version)
+    if not match:
+        raise ClusterError(
+            f"VERSION={version!r} is not a release version (x.y.z, or x.y.z-alpha.N, -beta.N, -rc.N)"
+        )
+    major, minor, patch, pre, number = match.groups()
+    return f"{major}.{minor}.{patch}" + (f"{PEP440_PRE[pre]}{number}" if pre else "")
 
 
 def helm() -> str:
@@ -64,13 +74,12 @@ class Release:
 
 
 def release(version: str, registry_host: str | None = None, *, chart_repo: str = "charts") -> Release:
-    if not SEMVER.match(version):
-        raise ClusterError(f"VERSION={version!r} is not a semantic version (x.y.z)")
+    package_version = python_version(version)
     changelog_section(version)
     set_version(version)
     built = image.build(version)
-    if built.version_output != f"llama-operator {version}":
-        raise ClusterError(f"the image says {built.version_output!r}, not llama-operator {version}")
+    if built.version_output != f"llama-operator {package_version}":
+        raise ClusterError(f"the image says {built.version_output!r}, not llama-operator {package_version}")
     dist = REPO_ROOT / "dist"
     run([helm(), "lint", str(CHART_DIR)])
     packaged = run([helm(), "package", str(CHART_DIR), "--destination", str(dist)]).stdout
