@@ -1,4 +1,4 @@
-"""The llama-operator command: run | crd | plan | render | activator.
+"""The llama-operator command: run | crd | plan | render | router | activator.
 
 The benchmark and simulation commands are `llama-bench`'s (the `llama_bench` package)."""
 
