@@ -129,7 +129,7 @@ def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> Non
     """docs/install.md's usual values file is one the chart takes."""
     doc = (repo_root() / "docs" / "install.md").read_text()
     values = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
-    assert "watchNamespaces" in values and "podMonitorLabels" in values, "the usual values block moved"
+    assert "watchNamespaces" in values and "monitoring:" in values, "the usual values block moved"
     (tmp_path / "values.yaml").write_text(values)
     done = helm(
         cluster,
@@ -140,8 +140,17 @@ def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> Non
         str(tmp_path / "values.yaml"),
     )
     assert done.returncode == 0, done.stderr
-    kinds = {d["kind"] for d in yaml.safe_load_all(done.stdout) if d}
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    kinds = {d["kind"] for d in docs}
     assert {"ServiceMonitor", "PrometheusRule", "Deployment"} <= kinds, kinds
+    # The release label, said once in monitoring.labels, is on every monitor and rule and reaches the
+    # operator's own PodMonitors through its config.
+    for d in docs:
+        if d["kind"] in ("ServiceMonitor", "PrometheusRule"):
+            assert d["metadata"]["labels"]["release"] == "kube-prometheus-stack", d["metadata"]["name"]
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"]]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["podMonitorLabels"] == {"release": "kube-prometheus-stack"}
 
 
 def test_the_service_monitor_can_live_where_prometheus_looks(cluster: Cluster) -> None:
