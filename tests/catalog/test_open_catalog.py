@@ -200,3 +200,16 @@ def test_an_unknown_gpu_node_is_reported_not_skipped_in_silence() -> None:
     # Once the platform defines it, it is no longer unknown.
     config = configured({"x1000": {**H20, "productLabels": ["NVIDIA-X1000"]}})
     assert inventory_from_nodes(nodes, config.catalog).unknown_gpus == ()
+
+
+@pytest.mark.parametrize("product", ["NVIDIA-GH200-480GB", "NVIDIA-GB200", "NVIDIA-H100-NVL", "NVIDIA-L40"])
+def test_a_lookalike_is_unknown_not_guessed(product: str) -> None:
+    """A Grace Hopper GH200 is no H200, a GB200 no B200, an H100 NVL (94 GB) no H100: reported, not misplanned."""
+    assert accelerator_for_product(product) is None
+    assert inventory_from_nodes([gpu_node("n", product, 1)]).unknown_gpus == ((product, 1),)
+
+
+def test_new_skus_of_known_gpus_are_recognised() -> None:
+    assert accelerator_for_product("NVIDIA-H100-PCIe-80GB-SKU2") is not None
+    found = accelerator_for_product("NVIDIA-H200-SXM-141GB")
+    assert found is not None and found[0].type == "h200"

@@ -47,3 +47,14 @@ def test_a_url_is_an_http_url() -> None:
     assert settings.prometheus_url == "https://mimir.example.com/prometheus"
     with pytest.raises(ConfigError, match="prometheusUrl: 'notaurl' is not an http:// or https:// URL"):
         load_settings({"LLAMA_OPERATOR_PROMETHEUS_URL": "notaurl"})
+
+
+def test_a_file_that_is_not_yaml_or_not_there_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "config.yaml"
+    broken.write_text("prometheusUrl: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"^{broken}: not YAML at line \d+: ") as err:
+        load_settings({"LLAMA_OPERATOR_CONFIG": str(broken)})
+    assert "\n" not in str(err.value)
+    missing = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=rf"^{missing}: cannot read the operator's configuration"):
+        load_settings({"LLAMA_OPERATOR_CONFIG": str(missing)})

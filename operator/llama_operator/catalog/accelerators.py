@@ -439,11 +439,12 @@ def _guess_type(label: str) -> str | None:
         return AcceleratorType.A100_80GB if "80GB" in upper else AcceleratorType.A100_40GB
     if "NVL" in tokens:  # H100 NVL (94 GB), H200 NVL: other memory or clocks than the catalog's
         return None
-    if "H100" in upper:
-        return AcceleratorType.H100_PCIE if "PCIE" in upper else AcceleratorType.H100_80GB
-    if "H200" in upper:
+    # Whole tokens: a GH200 (Grace Hopper, 96 or 144 GB) is no H200, a GB200 no B200.
+    if "H100" in tokens:
+        return AcceleratorType.H100_PCIE if "PCIE" in tokens else AcceleratorType.H100_80GB
+    if "H200" in tokens:
         return AcceleratorType.H200
-    if "B200" in upper:
+    if "B200" in tokens:
         return AcceleratorType.B200
     if "A10G" in upper:
         return AcceleratorType.A10G

@@ -43,7 +43,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     data: dict[str, Any] = {}
     path = env.get(CONFIG_FILE_ENV)
     if path:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read the operator's configuration ({err.strerror})") from None
+        except yaml.YAMLError as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise ConfigError(f"{path}: not YAML{at}: {getattr(err, 'problem', None) or err}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of settings")
         data.update({k.replace("-", "_"): v for k, v in loaded.items()})
