@@ -319,14 +319,21 @@ def test_the_activator_renders_with_its_rbac_and_reaches_the_operators_config(cl
     assert service["spec"]["selector"] == theirs
     assert {p["name"] for p in service["spec"]["ports"]} == {"http", "metrics"}
     assert ("PodDisruptionBudget", name, "llama-system") in by_kind_name
-    # Its RBAC: read LlamaServices and EndpointSlices, patch LlamaServices (two annotations), nothing else.
+    # Its RBAC: read LlamaServices, EndpointSlices and Pods; no write in a tenant's namespace (its demand goes
+    # on Leases of its own namespace: e2e/test_router_chart.py asks the API server).
     roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["llama-system", "team-a"]
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in roles[0]["rules"]}
     assert rules == {
-        (("serving.llama-operator.dev",), ("llamaservices",)): {"get", "list", "watch", "patch"},
+        (("serving.llama-operator.dev",), ("llamaservices",)): {"get", "list", "watch"},
         (("discovery.k8s.io",), ("endpointslices",)): {"get", "list", "watch"},
+        (("",), ("pods",)): {"get", "list", "watch"},
     }
+    (demand,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == f"{name}-demand"]
+    assert demand["metadata"]["namespace"] == "llama-system"
+    assert [(r["resources"], set(r["verbs"])) for r in demand["rules"]] == [
+        (["leases"], {"get", "create", "patch", "update"})
+    ]
     operator_rules = [
         r
         for d in docs
