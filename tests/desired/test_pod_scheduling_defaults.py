@@ -64,3 +64,17 @@ def test_required_node_terms_must_all_hold() -> None:
     ]
     assert node["preferredDuringSchedulingIgnoredDuringExecution"] == [{"weight": 1, "preference": SPOT_TERM}]
     assert spec["affinity"]["podAntiAffinity"] == affinity["podAntiAffinity"]
+
+
+def test_auto_chooses_among_the_nodes_the_pods_may_land_on() -> None:
+    """With config.podNodeSelector the vLLM pods land only in that pool: auto plans for its GPUs, not for
+    a cheaper one outside it (the pod would stay Pending)."""
+    from llama_operator.planning.inventory import inventory_from_nodes  # noqa: PLC0415
+    from tests.planning.builders import gpu_node, plan, spec  # noqa: PLC0415
+
+    t4, l4 = gpu_node("t4", "Tesla-T4", 1), gpu_node("l4", "NVIDIA-L4", 1)
+    l4["metadata"]["labels"]["pool"] = "inference"
+    assert plan(spec(), inventory=inventory_from_nodes([t4, l4])).accelerator == "t4"
+    pool = inventory_from_nodes([t4, l4], node_selector={"pool": "inference"})
+    assert plan(spec(), inventory=pool).accelerator == "l4"
+    assert any(s.node == "t4" and "podNodeSelector" in s.reason for s in pool.skipped)

@@ -79,7 +79,12 @@ def compute_outcome(
 ) -> ReconcileOutcome:
     """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
     nodes = [node for store in indexes.nodes.values() for node in store]
-    inventory = inventory_from_nodes(nodes, planning_config(memo.settings).catalog) if nodes else None
+    settings = memo.settings
+    inventory = (
+        inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
+        if nodes
+        else None
+    )
     memo.metrics.unknown_gpus(dict(inventory.unknown_gpus) if inventory is not None else {})
     return reconcile(
         body,

@@ -227,14 +227,27 @@ def _node_offers(
     return offers, None
 
 
-def inventory_from_nodes(nodes: Iterable[Mapping[str, Any]], catalog: Catalog = BUILTIN_CATALOG) -> Inventory:
+def inventory_from_nodes(
+    nodes: Iterable[Mapping[str, Any]],
+    catalog: Catalog = BUILTIN_CATALOG,
+    node_selector: Mapping[str, str] | None = None,
+) -> Inventory:
     """Build the inventory from v1 Node objects as plain dicts (API server JSON or YAML manifests),
-    matching their GPUs against `catalog` (the built-in one with the platform's config.accelerators)."""
+    matching their GPUs against `catalog` (the built-in one with the platform's config.accelerators).
+    `node_selector`: the platform's config.podNodeSelector; nodes outside it cannot take a vLLM pod."""
     offers: list[Offer] = []
     skipped: list[SkippedNode] = []
     unknown: dict[str, int] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
+            continue
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        outside = sorted(k for k, v in (node_selector or {}).items() if labels.get(k) != v)
+        if outside:
+            name = str((node.get("metadata") or {}).get("name", "<unnamed>"))
+            skipped.append(
+                SkippedNode(node=name, reason=f"outside config.podNodeSelector ({', '.join(outside)})")
+            )
             continue
         node_offers, reason = _node_offers(node, catalog)
         offers.extend(node_offers)
