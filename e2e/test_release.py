@@ -71,8 +71,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci_registry.
 @pytest.fixture(scope="module")
 def released(
     registry: oci_registry.Registry, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, dict[str, Any], Path]:
-    """`make release` as written, on a scratch copy whose CHANGELOG.md has the new version's section."""
+) -> Iterator[tuple[str, dict[str, Any], Path]]:
+    """`make release` as written, on a scratch copy whose CHANGELOG.md has the new version's section. The
+    built image leaves buildah's storage afterwards (its layer cache stays)."""
     version = f"0.1.1-rc.{uuid.uuid4().int % 10**6}"
     scratch = scratch_copy(tmp_path_factory.mktemp("tree"))
     changelog = scratch / "CHANGELOG.md"
@@ -90,7 +91,8 @@ def released(
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     result = json.loads((scratch / "dist" / f"release-{version}.json").read_text())
-    return version, result, scratch
+    yield version, result, scratch
+    subprocess.run(["buildah", "rmi", f"localhost/{IMAGE_NAME}:{version}"], capture_output=True, check=False)
 
 
 def test_release_refuses_a_version_without_a_changelog_section(tmp_path: Path) -> None:
@@ -127,6 +129,9 @@ def test_the_changelog_has_the_charts_version() -> None:
 
 def test_the_released_image_runs_and_describes_itself(released: tuple[str, dict[str, Any], Path]) -> None:
     version, result, scratch = released
+    chart = yaml.safe_load((scratch / "charts/llama-operator/Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (version, version)
+    assert f'version = "{python_version(version)}"' in (scratch / "pyproject.toml").read_text()
     image = json.loads((scratch / "dist" / f"{IMAGE_NAME}-{version}.image.json").read_text())
     assert (
         image["version_output"] == f"llama-operator {python_version(version)}"

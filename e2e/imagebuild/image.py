@@ -74,8 +74,11 @@ def wheelhouse() -> Path:
     hashes checked, for the build to install without an index (cached; pip skips files it has)."""
     house = cache_dir() / "image" / "wheelhouse"
     house.mkdir(parents=True, exist_ok=True)
+    have = {hashlib.sha256(wheel.read_bytes()).hexdigest() for wheel in house.glob("*.whl")}
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--only-binary=:all:"]
     for lock in ("requirements.lock", "build-requirements.lock"):
+        if all(have & set(hashes) for _, _, hashes in _locked(IMAGE_DIR / lock)):
+            continue  # every pin has a file with one of its hashes: nothing to ask the index
         run([*pip, "-d", str(house), "-r", str(IMAGE_DIR / lock)], env={**os.environ, "PIP_FIND_LINKS": ""})
     return house
 
