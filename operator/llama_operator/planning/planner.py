@@ -341,6 +341,19 @@ def _required_len(request: _Request, config: PlanningConfig) -> int:
     return min(config.min_context_tokens, request.shape.max_context)
 
 
+@dataclass(frozen=True)
+class _Memory:
+    """Where a replica's KV cache lives and how large it is, as the device (or the CPU) allows."""
+
+    gpu_memory_utilization: float  # 0 on the CPU
+    enforce_eager: bool
+    gpu: GpuMemorySizing | None
+    kv_cache_tokens: int
+    kv_bytes_per_token: int
+    memory_request_bytes: int
+    max_num_seqs_ceiling: int
+
+
 def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _Sized:
     """Size the engine on a candidate, or raise PlanningError (_DoesNotFitError when memory is short)."""
     _check_capabilities(request, candidate)
@@ -350,91 +363,12 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
     shape = request.shape
     weights = weight_bytes(shape, dtype_bytes=_dtype_bytes(dtype), quantization=request.quantization)
     required = _required_len(request, config)
-    gpu: GpuMemorySizing | None = None
-
-    if accel.is_gpu:
-        util = request.gpu_memory_utilization or config.gpu_memory_utilization
-        gpu = size_gpu_memory(
-            shape,
-            device_memory_bytes=candidate.device_memory_bytes,
-            tensor_parallel=candidate.count,
-            gpu_memory_utilization=util,
-            weight_bytes=weights,
-            kv_dtype_bytes=kv_dtype_bytes,
-        )
-        eager = _choose_eager(request, gpu)
-        if eager:
-            with_graphs = gpu.kv_cache_tokens
-            gpu = size_gpu_memory(
-                shape,
-                device_memory_bytes=candidate.device_memory_bytes,
-                tensor_parallel=candidate.count,
-                gpu_memory_utilization=util,
-                weight_bytes=weights,
-                kv_dtype_bytes=kv_dtype_bytes,
-                cuda_graphs=False,
-            )
-            if request.extra.enforce_eager is None:
-                notes.append(
-                    f"enforce-eager: the CUDA-graph pool (~{_gib(CUDA_GRAPH_BYTES)}) would take more than "
-                    f"{EAGER_KV_SHARE:.0%} of the KV cache ({with_graphs} tokens with graphs, "
-                    f"{gpu.kv_cache_tokens} without); decode steps are slower without graphs"
-                )
-        kv_tokens = gpu.kv_cache_tokens
-        per_token = gpu.kv_bytes_per_token
-        per_token_per_device = gpu.kv_bytes_per_token_per_device
-        if gpu.kv_budget_bytes_per_device < required * per_token_per_device:
-            needed = gpu.needed_bytes_per_device_without_kv + required * per_token_per_device
-            if gpu.kv_budget_bytes_per_device > 0 and request.max_model_len is not None:
-                largest = largest_max_model_len(kv_tokens, shape.max_context)
-                raise _DoesNotFitError(
-                    f"engine.maxModelLen {request.max_model_len} does not fit on {candidate.name}: its KV "
-                    "cache "
-                    f"holds {kv_tokens} tokens ({_gib(gpu.kv_budget_bytes_per_device)} per GPU at "
-                    f"gpu-memory-utilization {util:.2f}); the largest maxModelLen that fits is {largest}"
-                )
-            per_gpu = " per GPU" if candidate.count > 1 else ""
-            raise _DoesNotFitError(
-                f"{request.model_name} does not fit on {candidate.name}: it needs {_gib(needed)}{per_gpu} "
-                f"(weights {_gib(gpu.weight_bytes_per_device)} in {dtype}"
-                f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
-                f"runtime overhead {_gib(gpu.overhead_bytes_per_device)}, KV cache for {required} tokens "
-                f"{_gib(required * per_token_per_device)}); {candidate.name} has "
-                f"{_gib(candidate.device_memory_bytes)}{per_gpu}, {_gib(gpu.usable_bytes_per_device)} "
-                "usable at "
-                f"gpu-memory-utilization {util:.2f}"
-            )
-        memory_request = GPU_REPLICA_BASE_MEMORY_BYTES + int(weights * GPU_REPLICA_WEIGHT_MEMORY_SHARE)
-        ceiling = config.max_auto_num_seqs
-    else:
-        util = 0.0
-        eager = False
-        per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_dtype_bytes
-        kv_space = config.cpu_kv_cache_gib * GIB
-        kv_tokens = kv_tokens_in(kv_space, per_token)
-        if kv_tokens < required:
-            if request.max_model_len is not None:
-                largest = largest_max_model_len(kv_tokens, shape.max_context)
-                raise _DoesNotFitError(
-                    f"engine.maxModelLen {request.max_model_len} does not fit in the CPU replica's KV "
-                    "space of "
-                    f"{config.cpu_kv_cache_gib} GiB ({kv_tokens} tokens); the largest maxModelLen that "
-                    "fits is "
-                    f"{largest}"
-                )
-            raise _DoesNotFitError(
-                f"the CPU replica's KV space of {config.cpu_kv_cache_gib} GiB holds {kv_tokens} tokens of "
-                f"{request.model_name}, fewer than {required}: set engine.maxModelLen to at most "
-                f"{kv_tokens} or "
-                "raise the operator's CPU KV-cache space"
-            )
-        memory_request = weights + kv_space + CPU_REPLICA_RUNTIME_BYTES
-        ceiling = config.max_auto_num_seqs_cpu
-        notes.append(
-            f"cpu: KV cache space {config.cpu_kv_cache_gib} GiB (VLLM_CPU_KVCACHE_SPACE), weights in host "
-            "memory"
-        )
-
+    memory = (
+        _gpu_memory(request, candidate, config, dtype=dtype, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes)
+        if accel.is_gpu
+        else _cpu_memory(request, config, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes)
+    )  # fmt: skip
+    kv_tokens = memory.kv_cache_tokens
     override = request.extra.num_gpu_blocks_override
     if override is not None:
         kv_tokens = override * KV_BLOCK_TOKENS
@@ -446,39 +380,209 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
                 f"{largest_max_model_len(kv_tokens, shape.max_context)}"
             )
 
-    steps = _step_model(candidate, weights, per_token, shape, eager=eager)
+    steps = _step_model(candidate, weights, memory.kv_bytes_per_token, shape, eager=memory.enforce_eager)
     tuning = _tpot_tuning(request, candidate, steps, config)
+    max_model_len = _max_model_len(request, candidate, kv_tokens, tuning, required=required, notes=notes)
+    max_num_seqs = _max_num_seqs(
+        request, config, kv_tokens, max_model_len, tuning, ceiling=memory.max_num_seqs_ceiling, notes=notes
+    )
+    chunk = 0
+    if request.extra.max_num_batched_tokens is not None:
+        chunk = request.extra.max_num_batched_tokens
+        notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
+    elif request.slo is not None and candidate.accelerator.is_gpu:
+        chunk, why = _chunk(request.slo, steps, max_num_seqs, config, tuning)
+        notes.append(f"maxNumBatchedTokens {chunk}: {why}")
+    return _Sized(
+        candidate=candidate,
+        dtype=dtype,
+        kv_dtype_bytes=kv_dtype_bytes,
+        weight_bytes=weights,
+        kv_bytes_per_token=memory.kv_bytes_per_token,
+        kv_cache_tokens=kv_tokens,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=memory.gpu_memory_utilization,
+        gpu=memory.gpu,
+        memory_request_bytes=memory.memory_request_bytes,
+        notes=tuple(notes),
+        steps=steps,
+        max_num_batched_tokens=chunk,
+        enforce_eager=memory.enforce_eager and request.extra.enforce_eager is None,
+    )
 
-    if request.max_model_len is not None:
-        max_model_len = request.max_model_len
-    else:
-        max_model_len = largest_max_model_len(kv_tokens, shape.max_context)
-        if max_model_len < 1:
-            raise _DoesNotFitError(f"no KV cache is left for {request.model_name} on {candidate.name}")
-        concurrency = SLO_CONCURRENCY if tuning is None or tuning.batch is None else tuning.batch
-        slo_len = kv_tokens // max(concurrency, 1)
-        slo_len -= slo_len % MAX_MODEL_LEN_STEP
-        if request.slo is not None and slo_len < max_model_len:
-            max_model_len = max(slo_len, min(required, max_model_len))
-            why = "the TPOT objective's batch" if tuning is not None and tuning.batch else "an SLO service"
-            if slo_len >= max_model_len:
-                notes.append(
-                    f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} "
-                    f"sequences of that length at once ({why}), not one of the model's {shape.max_context}; "
-                    "set engine.maxModelLen for longer contexts"
-                )
-            else:
-                notes.append(
-                    f"maxModelLen {max_model_len}: the shortest context the operator serves; its KV cache "
-                    f"({kv_tokens} tokens) holds {kv_tokens // max_model_len} sequences that long, fewer than "
-                    f"the {concurrency} {why} wants (shorter ones share it)"
-                )
-        else:
-            capped = (
-                "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
+
+def _gpu_memory(
+    request: _Request,
+    candidate: Candidate,
+    config: PlanningConfig,
+    *,
+    dtype: str,
+    weights: int,
+    kv_dtype_bytes: int,
+    required: int,
+    notes: list[str],
+) -> _Memory:
+    """The KV cache a GPU replica has left after weights and overheads (CUDA graphs off when their pool
+    would starve it); _DoesNotFitError when it cannot hold `required` tokens."""
+    shape = request.shape
+    util = request.gpu_memory_utilization or config.gpu_memory_utilization
+
+    def sized(*, cuda_graphs: bool) -> GpuMemorySizing:
+        return size_gpu_memory(
+            shape,
+            device_memory_bytes=candidate.device_memory_bytes,
+            tensor_parallel=candidate.count,
+            gpu_memory_utilization=util,
+            weight_bytes=weights,
+            kv_dtype_bytes=kv_dtype_bytes,
+            cuda_graphs=cuda_graphs,
+        )
+
+    gpu = sized(cuda_graphs=True)
+    eager = _choose_eager(request, gpu)
+    if eager:
+        with_graphs = gpu.kv_cache_tokens
+        gpu = sized(cuda_graphs=False)
+        if request.extra.enforce_eager is None:
+            notes.append(
+                f"enforce-eager: the CUDA-graph pool (~{_gib(CUDA_GRAPH_BYTES)}) would take more than "
+                f"{EAGER_KV_SHARE:.0%} of the KV cache ({with_graphs} tokens with graphs, "
+                f"{gpu.kv_cache_tokens} without); decode steps are slower without graphs"
             )
-            notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
+    kv_tokens = gpu.kv_cache_tokens
+    per_token = gpu.kv_bytes_per_token
+    per_token_per_device = gpu.kv_bytes_per_token_per_device
+    if gpu.kv_budget_bytes_per_device < required * per_token_per_device:
+        needed = gpu.needed_bytes_per_device_without_kv + required * per_token_per_device
+        if gpu.kv_budget_bytes_per_device > 0 and request.max_model_len is not None:
+            largest = largest_max_model_len(kv_tokens, shape.max_context)
+            raise _DoesNotFitError(
+                f"engine.maxModelLen {request.max_model_len} does not fit on {candidate.name}: its KV "
+                "cache "
+                f"holds {kv_tokens} tokens ({_gib(gpu.kv_budget_bytes_per_device)} per GPU at "
+                f"gpu-memory-utilization {util:.2f}); the largest maxModelLen that fits is {largest}"
+            )
+        per_gpu = " per GPU" if candidate.count > 1 else ""
+        raise _DoesNotFitError(
+            f"{request.model_name} does not fit on {candidate.name}: it needs {_gib(needed)}{per_gpu} "
+            f"(weights {_gib(gpu.weight_bytes_per_device)} in {dtype}"
+            f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
+            f"runtime overhead {_gib(gpu.overhead_bytes_per_device)}, KV cache for {required} tokens "
+            f"{_gib(required * per_token_per_device)}); {candidate.name} has "
+            f"{_gib(candidate.device_memory_bytes)}{per_gpu}, {_gib(gpu.usable_bytes_per_device)} "
+            "usable at "
+            f"gpu-memory-utilization {util:.2f}"
+        )
+    return _Memory(
+        gpu_memory_utilization=util,
+        enforce_eager=eager,
+        gpu=gpu,
+        kv_cache_tokens=kv_tokens,
+        kv_bytes_per_token=per_token,
+        memory_request_bytes=GPU_REPLICA_BASE_MEMORY_BYTES + int(weights * GPU_REPLICA_WEIGHT_MEMORY_SHARE),
+        max_num_seqs_ceiling=config.max_auto_num_seqs,
+    )
 
+
+def _cpu_memory(
+    request: _Request,
+    config: PlanningConfig,
+    *,
+    weights: int,
+    kv_dtype_bytes: int,
+    required: int,
+    notes: list[str],
+) -> _Memory:
+    """The configured KV space of a CPU replica; _DoesNotFitError when it cannot hold `required` tokens."""
+    shape = request.shape
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_dtype_bytes
+    kv_space = config.cpu_kv_cache_gib * GIB
+    kv_tokens = kv_tokens_in(kv_space, per_token)
+    if kv_tokens < required:
+        if request.max_model_len is not None:
+            largest = largest_max_model_len(kv_tokens, shape.max_context)
+            raise _DoesNotFitError(
+                f"engine.maxModelLen {request.max_model_len} does not fit in the CPU replica's KV "
+                "space of "
+                f"{config.cpu_kv_cache_gib} GiB ({kv_tokens} tokens); the largest maxModelLen that "
+                "fits is "
+                f"{largest}"
+            )
+        raise _DoesNotFitError(
+            f"the CPU replica's KV space of {config.cpu_kv_cache_gib} GiB holds {kv_tokens} tokens of "
+            f"{request.model_name}, fewer than {required}: set engine.maxModelLen to at most "
+            f"{kv_tokens} or "
+            "raise the operator's CPU KV-cache space"
+        )
+    memory_request = weights + kv_space + CPU_REPLICA_RUNTIME_BYTES
+    notes.append(
+        f"cpu: KV cache space {config.cpu_kv_cache_gib} GiB (VLLM_CPU_KVCACHE_SPACE), weights in host memory"
+    )
+    return _Memory(
+        gpu_memory_utilization=0.0,
+        enforce_eager=False,
+        gpu=None,
+        kv_cache_tokens=kv_tokens,
+        kv_bytes_per_token=per_token,
+        memory_request_bytes=memory_request,
+        max_num_seqs_ceiling=config.max_auto_num_seqs_cpu,
+    )
+
+
+def _max_model_len(
+    request: _Request,
+    candidate: Candidate,
+    kv_tokens: int,
+    tuning: _TpotTuning | None,
+    *,
+    required: int,
+    notes: list[str],
+) -> int:
+    """--max-model-len: the spec's, else the longest the KV cache holds, shortened for an SLO service so
+    that several sequences fit at once."""
+    shape = request.shape
+    if request.max_model_len is not None:
+        return request.max_model_len
+    max_model_len = largest_max_model_len(kv_tokens, shape.max_context)
+    if max_model_len < 1:
+        raise _DoesNotFitError(f"no KV cache is left for {request.model_name} on {candidate.name}")
+    concurrency = SLO_CONCURRENCY if tuning is None or tuning.batch is None else tuning.batch
+    slo_len = kv_tokens // max(concurrency, 1)
+    slo_len -= slo_len % MAX_MODEL_LEN_STEP
+    if request.slo is not None and slo_len < max_model_len:
+        max_model_len = max(slo_len, min(required, max_model_len))
+        why = "the TPOT objective's batch" if tuning is not None and tuning.batch else "an SLO service"
+        if slo_len >= max_model_len:
+            notes.append(
+                f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} "
+                f"sequences of that length at once ({why}), not one of the model's {shape.max_context}; "
+                "set engine.maxModelLen for longer contexts"
+            )
+        else:
+            notes.append(
+                f"maxModelLen {max_model_len}: the shortest context the operator serves; its KV cache "
+                f"({kv_tokens} tokens) holds {kv_tokens // max_model_len} sequences that long, fewer than "
+                f"the {concurrency} {why} wants (shorter ones share it)"
+            )
+    else:
+        capped = "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
+        notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
+    return max_model_len
+
+
+def _max_num_seqs(
+    request: _Request,
+    config: PlanningConfig,
+    kv_tokens: int,
+    max_model_len: int,
+    tuning: _TpotTuning | None,
+    *,
+    ceiling: int,
+    notes: list[str],
+) -> int:
+    """--max-num-seqs: the spec's, else what the KV cache holds of typical sequences, capped by the TPOT
+    objective's batch."""
     if request.max_num_seqs is not None:
         max_num_seqs = request.max_num_seqs
         if tuning is not None and tuning.batch is not None and max_num_seqs > tuning.batch:
@@ -499,30 +603,7 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
             notes.append(f"maxNumSeqs {max_num_seqs}: {tuning.why} (the {by_kv} allows more)")
         else:
             notes.append(f"maxNumSeqs {max_num_seqs}: {by_kv}")
-    chunk = 0
-    if request.extra.max_num_batched_tokens is not None:
-        chunk = request.extra.max_num_batched_tokens
-        notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
-    elif request.slo is not None and candidate.accelerator.is_gpu:
-        chunk, why = _chunk(request.slo, steps, max_num_seqs, config, tuning)
-        notes.append(f"maxNumBatchedTokens {chunk}: {why}")
-    return _Sized(
-        candidate=candidate,
-        dtype=dtype,
-        kv_dtype_bytes=kv_dtype_bytes,
-        weight_bytes=weights,
-        kv_bytes_per_token=per_token,
-        kv_cache_tokens=kv_tokens,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        gpu_memory_utilization=util,
-        gpu=gpu,
-        memory_request_bytes=memory_request,
-        notes=tuple(notes),
-        steps=steps,
-        max_num_batched_tokens=chunk,
-        enforce_eager=eager and request.extra.enforce_eager is None,
-    )
+    return max_num_seqs
 
 
 def _choose_eager(request: _Request, gpu: GpuMemorySizing) -> bool:
