@@ -1009,6 +1009,40 @@ def _explicit_candidate(spec: LlamaServiceSpec, config: PlanningConfig) -> Candi
     return catalog_candidate(accel, mig=mig, count=spec.accelerator.count)
 
 
+@dataclass(frozen=True)
+class _Scheduling:
+    """Where a replica may run, in Kubernetes' terms: the extended resources it requests, and the node
+    selector, affinity and tolerations that keep it on a node with that accelerator in a usable state."""
+
+    resources: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    node_affinity: list[NodeSelectorTerm] = field(default_factory=list)
+    tolerations: list[Toleration] = field(default_factory=list)
+
+
+def _scheduling(candidate: Candidate, placement: _Placement) -> _Scheduling:
+    accel = candidate.accelerator
+    if not accel.is_gpu:
+        return _Scheduling(node_selector={"kubernetes.io/arch": "amd64"})  # the CPU image is x86_64
+    where = _Scheduling(node_selector={PRODUCT_LABEL: placement.product}, tolerations=[GPU_TOLERATION])
+    if candidate.mig is not None and placement.mig_strategy == MIXED:
+        where.resources[mig_resource_name(candidate.mig.name)] = "1"
+    else:
+        where.resources[GPU_RESOURCE] = str(candidate.count)
+    if candidate.mig is not None:  # a slice: only on a node whose MIG configuration has been applied
+        requirement = NodeSelectorRequirement(
+            key=MIG_CONFIG_STATE_LABEL, operator="In", values=[MIG_STATE_SUCCESS]
+        )
+    elif accel.mig_profiles:  # a whole MIG-capable GPU: not on a node being repartitioned
+        requirement = NodeSelectorRequirement(
+            key=MIG_CONFIG_STATE_LABEL, operator="NotIn", values=list(MIG_NOT_READY_STATES)
+        )
+    else:
+        return where
+    where.node_affinity.append(NodeSelectorTerm(match_expressions=[requirement]))
+    return where
+
+
 def plan_service(
     spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
 ) -> Plan:
@@ -1039,42 +1073,12 @@ def plan_service(
     args, arg_notes = _vllm_args(spec, served_name, sized, config, request)
     notes += arg_notes
 
-    resources: dict[str, str] = {}
-    node_selector: dict[str, str] = {}
-    node_affinity: list[NodeSelectorTerm] = []
-    tolerations: list[Toleration] = []
+    where = _scheduling(candidate, placement)
     env: dict[str, str] = {}
     if accel.is_gpu:
-        tolerations.append(GPU_TOLERATION)
-        node_selector[PRODUCT_LABEL] = placement.product
-        if candidate.mig is not None and placement.mig_strategy == MIXED:
-            resources[mig_resource_name(candidate.mig.name)] = "1"
-        else:
-            resources[GPU_RESOURCE] = str(candidate.count)
-        if candidate.mig is not None:
-            node_affinity.append(
-                NodeSelectorTerm(
-                    match_expressions=[
-                        NodeSelectorRequirement(
-                            key=MIG_CONFIG_STATE_LABEL, operator="In", values=[MIG_STATE_SUCCESS]
-                        )
-                    ]
-                )
-            )
-        elif accel.mig_profiles:
-            node_affinity.append(
-                NodeSelectorTerm(
-                    match_expressions=[
-                        NodeSelectorRequirement(
-                            key=MIG_CONFIG_STATE_LABEL, operator="NotIn", values=list(MIG_NOT_READY_STATES)
-                        )
-                    ]
-                )
-            )
         cpu_request = GPU_REPLICA_BASE_CPUS + GPU_REPLICA_CPUS_PER_GPU * candidate.count
         image = config.gpu_image
     else:
-        node_selector["kubernetes.io/arch"] = "amd64"  # the CPU image is built for x86_64
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
         cpu_request = config.cpu_replica_cpus
         image = config.cpu_image
@@ -1096,12 +1100,12 @@ def plan_service(
         memory_bytes=memory_bytes,
         price_per_hour=round(candidate.price(config), 4),
         image=spec.engine.image or image,
-        resources=resources,
+        resources=where.resources,
         cpu_request=str(cpu_request),
         memory_request=f"{math.ceil(sized.memory_request_bytes / GIB)}Gi",
-        node_selector=node_selector,
-        node_affinity=node_affinity,
-        tolerations=tolerations,
+        node_selector=where.node_selector,
+        node_affinity=where.node_affinity,
+        tolerations=where.tolerations,
         served_model_name=served_name,
         vllm_args=args,
         vllm_env=env,
