@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from llama_operator.activator.picker import BLOCK_CHARS, pick, prefix_key, prompt_prefix
+from llama_operator.activator.picker import BLOCK_CHARS, pick, prefix_key, prompt_prefix, vllm_load
 
 PODS = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
 
@@ -95,3 +95,31 @@ def test_adding_a_pod_moves_only_the_keys_it_takes() -> None:
 def test_no_pod_no_pick() -> None:
     assert pick([], {}, 1) is None
     assert pick(["a:1"], {"a:1": 100}, 1, saturated_at=1) is not None
+
+
+def test_vllms_own_queue_counts_as_load_and_a_full_kv_cache_takes_no_affine_request() -> None:
+    key = key_of(chat("s", "q"))
+    home = pick(PODS, {}, key).endpoint  # type: ignore[union-attr]
+    others = [p for p in PODS if p != home]
+    # Other clients queued 6 requests on the affine pod: this router's zero in flight does not hide them.
+    chosen = pick(PODS, {}, key, queued={home: 6.0})
+    assert chosen is not None and chosen.endpoint != home and chosen.reason == "spill"
+    chosen = pick(PODS, {}, None, queued={home: 1.0, others[0]: 2.0})
+    assert chosen is not None and chosen.endpoint == others[1]
+    chosen = pick(PODS, {}, key, kv_full=frozenset({home}))
+    assert chosen is not None and chosen.endpoint != home
+
+
+def test_vllm_load_is_read_from_its_metrics_page() -> None:
+    page = "\n".join(
+        [
+            "# HELP vllm:num_requests_waiting Number of requests waiting.",
+            'vllm:num_requests_waiting{engine="0",model_name="a"} 3.0',
+            'vllm:num_requests_waiting{engine="0",model_name="b"} 1.0',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.97',
+            "vllm:num_requests_running 5.0",
+        ]
+    )
+    assert vllm_load(page) == (4.0, 0.97)
+    assert vllm_load("") == (0.0, 0.0)
+    assert vllm_load("vllm:num_requests_waiting NaN") == (0.0, 0.0)

@@ -51,6 +51,7 @@ def cmd_router(args: argparse.Namespace) -> int:
                 trusted_namespaces=frozenset(_split(args.trusted_namespace)),
                 trusted_sources=frozenset(_split(args.trusted_source)),
                 drain_seconds=args.drain_seconds,
+                load_scrape_seconds=args.load_scrape_seconds,
             )
         )
     return 0
@@ -142,6 +143,12 @@ def register_activator_command(sub: Any) -> None:
         type=float,
         default=45.0,
         help="after SIGTERM: how long held and in-flight requests may still finish (held ones then get 503)",
+    )
+    p.add_argument(
+        "--load-scrape-seconds",
+        type=float,
+        default=2.0,
+        help="how often vLLM's queue and KV-cache usage are read from the pods it routes to (0: never)",
     )
     # Tests and the local cluster: kwok pods serve no HTTP, so a local vLLM stands in for every pod (the
     # pods' readiness still decides when a held request goes).

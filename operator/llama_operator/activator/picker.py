@@ -7,7 +7,12 @@ them before. The picker hashes the prompt's leading blocks and walks a consisten
 stay within `load_factor` times the mean takes it ("affinity"), else the next one on the ring ("spill"),
 so a skewed prefix never piles onto one pod. A pod at `saturated_at` in-flight requests takes no affine
 request: the least-loaded pod does ("saturated"). Requests without a prompt go to the least-loaded pod.
-Adding or removing a pod moves only the keys of its own arcs."""
+Adding or removing a pod moves only the keys of its own arcs.
+
+A pod's load is the router's own in-flight requests to it (known at once) plus the requests vLLM reports
+waiting in its queue (`vllm:num_requests_waiting`: other router replicas' and direct clients' too, scraped
+every few seconds); a pod whose KV cache vLLM reports nearly full (`vllm:kv_cache_usage_perc`) takes no
+affine request, as a saturated one."""
 
 from __future__ import annotations
 
@@ -88,9 +93,9 @@ def _ring(endpoints: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]
     return tuple(p for p, _ in points), tuple(ep for _, ep in points)
 
 
-def least_loaded(endpoints: Sequence[str], inflight: Mapping[str, int], tiebreak: int) -> str:
-    low = min(inflight.get(ep, 0) for ep in endpoints)
-    lows = [ep for ep in endpoints if inflight.get(ep, 0) == low]
+def least_loaded(endpoints: Sequence[str], load: Mapping[str, float], tiebreak: int) -> str:
+    low = min(load.get(ep, 0) for ep in endpoints)
+    lows = [ep for ep in endpoints if load.get(ep, 0) == low]
     return lows[tiebreak % len(lows)]
 
 
@@ -102,18 +107,23 @@ def pick(
     load_factor: float = 1.25,
     saturated_at: int = 0,
     tiebreak: int = 0,
+    queued: Mapping[str, float] | None = None,
+    kv_full: frozenset[str] = frozenset(),
 ) -> Pick | None:
     """The pod for one request (None without any). `inflight`: requests this router has open per pod;
     `saturated_at`: in-flight requests at which a pod takes no more affine requests (0: no such limit);
-    `tiebreak`: any number, spreading ties among least-loaded pods."""
+    `tiebreak`: any number, spreading ties among least-loaded pods; `queued`: requests vLLM reports waiting
+    per pod; `kv_full`: pods whose KV cache vLLM reports nearly full."""
     candidates = tuple(sorted(set(endpoints)))
     if not candidates:
         return None
     if len(candidates) == 1:
         return Pick(candidates[0], "affinity" if key is not None else "least_loaded")
+    queued = queued or {}
+    load = {ep: inflight.get(ep, 0) + queued.get(ep, 0.0) for ep in candidates}
     if key is None:
-        return Pick(least_loaded(candidates, inflight, tiebreak), "least_loaded")
-    total = sum(inflight.get(ep, 0) for ep in candidates)
+        return Pick(least_loaded(candidates, load, tiebreak), "least_loaded")
+    total = sum(load.values())
     bound = math.ceil(load_factor * (total + 1) / len(candidates))
     points, owners = _ring(candidates)
     start = bisect.bisect_left(points, key)
@@ -123,9 +133,32 @@ def pick(
         if owner in seen:
             continue
         seen.append(owner)
-        load = inflight.get(owner, 0)
-        if load + 1 <= bound and not (saturated_at and load >= saturated_at):
+        full = owner in kv_full or bool(saturated_at and load[owner] >= saturated_at)
+        if load[owner] + 1 <= bound and not full:
             return Pick(owner, "affinity" if len(seen) == 1 else "spill")
         if len(seen) == len(candidates):
             break
-    return Pick(least_loaded(candidates, inflight, tiebreak), "saturated")
+    return Pick(least_loaded(candidates, load, tiebreak), "saturated")
+
+
+KV_FULL = 0.95  # vLLM's KV-cache usage at which a pod preempts soon: no affine requests to it
+
+
+def vllm_load(metrics_text: str) -> tuple[float, float]:
+    """(requests waiting, KV-cache usage 0..1) from a vLLM /metrics page: waiting summed over its models,
+    usage the highest; (0, 0) for what it does not report."""
+    waiting = usage = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:num_requests_waiting"):
+            waiting += _sample_value(line)
+        elif line.startswith(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")):
+            usage = max(usage, _sample_value(line))
+    return waiting, usage
+
+
+def _sample_value(line: str) -> float:
+    try:
+        value = float(line.rsplit(" ", 1)[1])
+    except (IndexError, ValueError):
+        return 0.0
+    return value if math.isfinite(value) else 0.0

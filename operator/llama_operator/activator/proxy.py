@@ -34,7 +34,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.activator.cluster import ClusterView
-from llama_operator.activator.picker import pick, prefix_key, prompt_prefix
+from llama_operator.activator.picker import KV_FULL, pick, prefix_key, prompt_prefix, vllm_load
 from llama_operator.activator.routing import (
     HOP_BY_HOP,
     NAMESPACE_HEADER,
@@ -160,6 +160,7 @@ class Router:
         trusted_namespaces: frozenset[str] = frozenset(),
         trusted_sources: frozenset[str] = frozenset(),
         metrics: RouterMetrics | None = None,
+        load_scrape_seconds: float = 0.0,
     ) -> None:
         self.view = view
         self.upstream_override = upstream_override.rstrip("/") if upstream_override else None
@@ -181,6 +182,12 @@ class Router:
         self.draining_until: float | None = None  # monotonic deadline once SIGTERM came
         self.idle = asyncio.Event()
         self.sequence = 0
+        # vLLM's own view of each pod the router sent to lately: its queue, a nearly full KV cache.
+        self.load_scrape_seconds = load_scrape_seconds  # 0: not scraped
+        self.queued: dict[str, float] = {}
+        self.kv_full: set[str] = set()
+        self.recent: dict[str, float] = {}  # endpoint -> when it was last picked (monotonic)
+        self.scraper: asyncio.Task[None] | None = None
 
     # Called from the watch threads.
     def notify(self) -> None:
@@ -198,10 +205,47 @@ class Router:
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             auto_decompress=False,
         )
+        if self.load_scrape_seconds > 0:
+            self.scraper = asyncio.create_task(self._scrape_loop())
 
     async def close(self) -> None:
+        if self.scraper is not None:
+            self.scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.scraper
         if self.session is not None:
             await self.session.close()
+
+    async def _scrape_loop(self) -> None:
+        """Every few seconds, vLLM's queue and KV-cache usage of each pod picked in the last minute (a pod
+        that does not answer keeps no figure: only the router's own count then weighs it)."""
+        while True:
+            await asyncio.sleep(self.load_scrape_seconds)
+            now = time.monotonic()
+            for endpoint in [ep for ep, at in self.recent.items() if now - at > 60]:
+                del self.recent[endpoint]
+                self.queued.pop(endpoint, None)
+                self.kv_full.discard(endpoint)
+            await asyncio.gather(*(self._scrape(ep) for ep in list(self.recent)), return_exceptions=True)
+
+    async def _scrape(self, endpoint: str) -> None:
+        assert self.session is not None
+        base = self.upstream_override or f"http://{endpoint}"
+        try:
+            async with self.session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=1.0)) as r:
+                text = await r.text() if r.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError):
+            text = ""
+        if not text:
+            self.queued.pop(endpoint, None)
+            self.kv_full.discard(endpoint)
+            return
+        waiting, usage = vllm_load(text)
+        self.queued[endpoint] = waiting
+        if usage >= KV_FULL:
+            self.kv_full.add(endpoint)
+        else:
+            self.kv_full.discard(endpoint)
 
     def drain(self, seconds: float) -> None:
         """SIGTERM: requests held past `seconds` from now get a 503; the listener is closed by the caller."""
@@ -448,12 +492,19 @@ class Router:
             )
             self.sequence += 1
             chosen = pick(
-                endpoints, self.inflight, affinity, saturated_at=saturated_at, tiebreak=self.sequence
+                endpoints,
+                self.inflight,
+                affinity,
+                saturated_at=saturated_at,
+                tiebreak=self.sequence,
+                queued=self.queued,
+                kv_full=frozenset(self.kv_full),
             )
             if chosen is None:  # its pods went away meanwhile: hold again
                 return await self._hold(request, body, key, affinity, time.monotonic())
             self.metrics.picks.labels(reason="retry" if retry else chosen.reason).inc()
             endpoint = chosen.endpoint
+            self.recent[endpoint] = time.monotonic()
             base = self.upstream_override or f"http://{endpoint}"
             self.inflight[endpoint] += 1
             self.metrics.inflight.inc()
@@ -620,6 +671,7 @@ async def serve(
     trusted_namespaces: frozenset[str] = frozenset(),
     trusted_sources: frozenset[str] = frozenset(),
     drain_seconds: float = 45.0,
+    load_scrape_seconds: float = 2.0,
 ) -> None:
     """Run until SIGTERM or SIGINT, then drain."""
     view = ClusterView(
@@ -632,6 +684,7 @@ async def serve(
         limits=limits,
         trusted_namespaces=trusted_namespaces,
         trusted_sources=trusted_sources,
+        load_scrape_seconds=load_scrape_seconds,
     )
     view.changed = router.notify
     await router.start()
