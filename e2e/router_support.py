@@ -125,7 +125,13 @@ class RecordingUpstream:
                 self.end_headers()
                 self.wfile.write(out)
 
-            do_GET = do_POST  # noqa: N815
+            def do_GET(self) -> None:
+                if self.path == "/metrics":  # the router's load scrape: not a request that reached "vLLM"
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.do_POST()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

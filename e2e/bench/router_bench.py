@@ -85,7 +85,7 @@ class StaticView:
 
 
 async def serve_router(port: int, endpoints: list[str]) -> None:
-    router = Router(StaticView(endpoints))  # type: ignore[arg-type]
+    router = Router(StaticView(endpoints), load_scrape_seconds=2.0)  # type: ignore[arg-type]
     await router.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
