@@ -58,7 +58,13 @@ def set_version(version: str) -> None:
     CHART_YAML.write_text(chart)
     project = PYPROJECT.read_text()
     PYPROJECT.write_text(
-        re.sub(r'^version = ".*"$', f'version = "{version}"', project, count=1, flags=re.MULTILINE)
+        re.sub(
+            r'^version = ".*"$',
+            f'version = "{python_version(version)}"',
+            project,
+            count=1,
+            flags=re.MULTILINE,
+        )
     )
 
 
