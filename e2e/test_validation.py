@@ -75,6 +75,22 @@ INVALID = [
     ),
     ("extra-args-token", {"engine": {"extraArgs": ["--hf-token", "hf_x"]}}, ["must not carry secrets"]),
     ("extra-args-api-key", {"engine": {"extraArgs": ["--api-key=abc"]}}, ["must not carry secrets"]),
+    # A credential given as the value of an ordinary flag, or as a flag: never stored, never echoed.
+    (
+        "extra-args-token-value",
+        {"engine": {"extraArgs": ["--enforce-eager", "hf_AbCdEfGhIjKlMnOpQrStUvWx"]}},
+        ["must not carry credentials"],
+    ),
+    (
+        "extra-args-token-flag",
+        {"engine": {"extraArgs": ["-hf_AbCdEfGhIjKlMnOpQrStUvWx"]}},
+        ["must not carry credentials"],
+    ),
+    (
+        "extra-args-url-userinfo",
+        {"engine": {"extraArgs": ["--otlp-traces-endpoint", "http://user:s3cr3t@collector:4317"]}},
+        ["must not carry credentials"],
+    ),
 ]
 
 BAD_NAMES = ["x" * 64, "chat.v2", "1chat", "chat_v2", "Chat"]
@@ -102,6 +118,7 @@ def test_invalid_llamaservice_is_rejected(
     assert done.returncode != 0, f"{name} was accepted"
     for text in expected:
         assert text in done.stderr, f"{name}: {text!r} not in {done.stderr!r}"
+    assert "AbCdEfGhIjKl" not in done.stderr and "s3cr3t" not in done.stderr, "a refusal quoted a secret"
     assert cluster.llamaservice(name, namespace) is None
 
 

@@ -299,17 +299,26 @@ def test_the_secret_name_pattern_covers_json_keys(key: str) -> None:
         parse_extra_args(["--kv-transfer-config", json.dumps({"kv_connector_extra_config": {key: "v"}})])
 
 
-def test_a_refused_secret_reaches_neither_args_nor_status() -> None:
+@pytest.mark.parametrize(
+    "extra_args",
+    [
+        ["--otlp-traces-endpoint", f"http://u:{HF_TOKEN}@c:4317"],
+        ["--enforce-eager", HF_TOKEN],
+        [f"-{HF_TOKEN}"],
+        ["--max-num-batched-tokens", HF_TOKEN],
+    ],
+)
+def test_a_refused_secret_reaches_neither_args_nor_status(extra_args: list[str]) -> None:
+    """Refused by the spec itself (as by the CRD's CEL at apply, so never stored), naming no value."""
     body = {
         "metadata": {"name": "m", "namespace": "t"},
-        "spec": {
-            "model": {"name": LLAMA_1B},
-            "engine": {"extraArgs": ["--otlp-traces-endpoint", f"http://u:{HF_TOKEN}@c:4317"]},
-        },
+        "spec": {"model": {"name": LLAMA_1B}, "engine": {"extraArgs": extra_args}},
     }
-    with pytest.raises(PlanningError) as error:
+    with pytest.raises(InvalidSpecError) as error:
         plan_llamaservice(body, Settings(), None)
+    assert "must not carry credentials" in str(error.value)
     assert HF_TOKEN not in str(error.value)
+    assert HF_TOKEN[3:12] not in str(error.value)
 
 
 # Values starting with '-' in every spec field that becomes an argument.

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from llama_operator.api.secrets import CREDENTIAL_IN_ARGS_MESSAGE, SECRET_VALUE_PATTERN, URL_USERINFO_PATTERN
 from llama_operator.api.spec import (
     GROUP,
     KIND,
@@ -114,6 +115,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "extraArgs must not carry secrets (a flag whose name ends in token, key, secret or password): "
             "use spec.model.tokenSecretRef for the Hugging Face token and spec.engine.apiKeySecretRef for the "
             "API key; they reach vLLM from a Secret",
+        },
+        {
+            # A raw CEL string: the patterns' backslashes (\b, \.) reach RE2 as written.
+            "rule": f"self.all(a, !a.matches(r'{SECRET_VALUE_PATTERN}') && !a.matches(r'{URL_USERINFO_PATTERN}'))",
+            "message": CREDENTIAL_IN_ARGS_MESSAGE,
         },
     ],
     "spec.engine.maxNumSeqs": [

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator, mod
 from pydantic.alias_generators import to_camel
 
 from llama_operator.api.base import WireModel
+from llama_operator.api.secrets import CREDENTIAL_IN_ARGS_MESSAGE, carries_credential
 
 GROUP = "serving.llama-operator.dev"
 VERSION = "v1alpha1"
@@ -366,6 +367,14 @@ class EngineSpec(WireModel):
             max_length=64,
         ),
     ] = Field(default_factory=list)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_credentials(cls, v: list[str]) -> list[str]:
+        # As the CRD's CEL rule: refused before it is stored, and the message never quotes the item.
+        if any(carries_credential(a) for a in v):
+            raise ValueError(CREDENTIAL_IN_ARGS_MESSAGE)
+        return v
 
     @field_validator("max_num_seqs")
     @classmethod

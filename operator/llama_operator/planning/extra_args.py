@@ -27,6 +27,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from llama_operator.api.secrets import SECRET_VALUE, URL_USERINFO
 from llama_operator.planning.errors import PlanningError
 
 # Flags the operator sets or depends on (by the parser's `dest`, so every alias and dotted sub-key is
@@ -173,15 +174,7 @@ _NOT_SECRET_NAMES = re.compile(
     r"(hash|cache|sort|partition|routing|group|prefix|lora|monkey)[-_]?key)$",
     re.IGNORECASE,
 )
-# Values shaped like well-known credentials, wherever they appear: Hugging Face, OpenAI-style, GitHub,
-# GitLab, Slack and AWS tokens, JWTs, PEM private keys.
-SECRET_VALUE = re.compile(
-    r"\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{16,}|\bgh[pousr]_[A-Za-z0-9]{20,}|\bglpat-[A-Za-z0-9_-]{16,}|"
-    r"\bxox[abpr]-[A-Za-z0-9-]{10,}|\b(AKIA|ASIA)[0-9A-Z]{16}\b|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.|"
-    r"-----BEGIN [A-Z ]*PRIVATE KEY"
-)
-# A URL with userinfo (scheme://user:password@host): the password would be in args and status.plan.
-URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@")
+# Credential-shaped values and URL userinfo: api/secrets.py (the CRD refuses them at apply too).
 # A URL in a value, whose query parameters' names are checked too (`?access_token=...`).
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']+")
 # Flags the parser takes but the pod cannot run with, by dest.
