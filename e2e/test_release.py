@@ -341,6 +341,8 @@ def test_operator_and_activator_images_are_separate_values() -> None:
     pinned = helm_template(f"activator.image.digest={digest}")
     assert pinned["r-llama-operator-activator"] == [f"ghcr.io/llama-operator/llama-operator@{digest}"]
     assert pinned["r-llama-operator"] == [default]
+    both = helm_template(f"image.digest={digest}")  # the activator follows the operator's pin
+    assert set(map(tuple, both.values())) == {(f"ghcr.io/llama-operator/llama-operator@{digest}",)}
 
 
 def test_release_versions_are_semver_and_python_versions() -> None:
