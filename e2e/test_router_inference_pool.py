@@ -123,7 +123,7 @@ def test_a_pool_made_by_someone_else_is_never_adopted(
     def reported() -> dict[str, Any] | None:
         svc = cluster.llamaservice("taken", ns) or {}
         text = str((svc.get("status") or {}).get("conditions") or [])
-        return svc if "InferencePool" in text else None  # noqa: RET504
+        return svc if "InferencePool" in text else None
 
     eventually("the conflict reported in the LlamaService's conditions", reported, 60)
     pool = cluster.get("inferencepool", "taken", ns) or {}

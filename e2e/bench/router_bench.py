@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -47,8 +48,21 @@ from llama_operator.activator.proxy import Router, listening
 from llama_operator.activator.routing import ServiceInfo
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "vllm"))
-from server import VllmServer, build_tiny_model, parse_samples  # noqa: E402
+
+
+def _vllm_helper() -> Any:
+    """e2e/vllm/server.py by path, under the name the e2e conftest gives it (stdlib only)."""
+    name = "llama_operator_e2e_vllm_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "vllm" / "server.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+VLLM = _vllm_helper()
 
 KEY = ("bench", "tiny")
 MODEL = "tiny-llama"
@@ -186,7 +200,7 @@ def prefix_counters(urls: list[str]) -> tuple[float, float]:
     hits = queries = 0.0
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
-            for name, _labels, value in parse_samples(r.read().decode()):
+            for name, _labels, value in VLLM.parse_samples(r.read().decode()):
                 if name == "vllm:prefix_cache_hits_total":
                     hits += value
                 elif name == "vllm:prefix_cache_queries_total":
@@ -243,9 +257,9 @@ async def replay(
 
 
 def vllm_part(out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    model = build_tiny_model(out / "model", shape="engine-bound")
+    model = VLLM.build_tiny_model(out / "model", shape="engine-bound")
     servers = [
-        VllmServer(
+        VLLM.VllmServer(
             model,
             max_num_seqs=4,
             num_gpu_blocks_override=None,
