@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_WAITING
+
 VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of even with 3+ pods
 BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
 PREFIX_CHARS = 1024  # the leading blocks that pick the pod (~256 tokens)
@@ -149,9 +151,9 @@ def vllm_load(metrics_text: str) -> tuple[float, float]:
     usage the highest; (0, 0) for what it does not report."""
     waiting = usage = 0.0
     for line in metrics_text.splitlines():
-        if line.startswith("vllm:num_requests_waiting"):
+        if line.startswith(VLLM_WAITING):
             waiting += _sample_value(line)
-        elif line.startswith(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")):
+        elif line.startswith(KV_CACHE_METRICS):  # the current name, or the one an older vLLM exports
             usage = max(usage, _sample_value(line))
     return waiting, usage
 
