@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from importlib import metadata as package_metadata
 
@@ -39,6 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Subcommands that draw figures: without matplotlib they would run for minutes and fail at the first plot.
+PLOTTING_COMMANDS = frozenset({"bench"})
+MISSING_PLOT_EXTRA = (
+    "error: llama-bench {command} draws its figures with matplotlib, which the runtime does not install: "
+    "pip install -e '.[bench]' (or make setup)\n"
+)
+
+
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401, PLC0415 - only whether it imports
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Every subcommand is strict: an unknown option is an error, as in `llama-operator` (but `run`).
-    return run_command(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if args.command in PLOTTING_COMMANDS and not has_matplotlib():
+        sys.stderr.write(MISSING_PLOT_EXTRA.format(command=args.command))
+        return EXIT_INPUT_ERROR
+    return run_command(args)
