@@ -54,6 +54,7 @@ def view_with(pods: list[dict[str, Any]], slices: list[dict[str, Any]]) -> Clust
         view.pods_by_ip.setdefault(facts.ip, set()).add((facts.namespace, facts.name))
     for i, s in enumerate(slices):
         view.slices[("team-a", f"s{i}")] = (("team-a", "chat"), slice_endpoints(s))
+        view.slices_of.setdefault(("team-a", "chat"), set()).add(("team-a", f"s{i}"))
     return view
 
 

@@ -136,6 +136,9 @@ class ClusterView:
         self.services: dict[ServiceKey, ServiceInfo] = {}
         # (ns, slice) -> (service, [(address, port, pod)])
         self.slices: dict[tuple[str, str], tuple[ServiceKey, list[tuple[str, int, str]]]] = {}
+        # The same slices by the Service they belong to: every Service's slices are watched, and a request
+        # must not walk them all (thousands in a large cluster) to find its service's few.
+        self.slices_of: dict[ServiceKey, set[tuple[str, str]]] = {}
         self.pods: dict[tuple[str, str], PodFacts] = {}  # (ns, name)
         self.pods_by_ip: dict[str, set[tuple[str, str]]] = {}
         self.synced: set[str] = set()
@@ -148,10 +151,8 @@ class ClusterView:
         host network."""
         with self.lock:
             out = set()
-            for owner, eps in self.slices.values():
-                if owner != key:
-                    continue
-                for address, port, pod_name in eps:
+            for slice_key in self.slices_of.get(key, ()):
+                for address, port, pod_name in self.slices[slice_key][1]:
                     pod = self.pods.get((key[0], pod_name))
                     if pod is None or pod.ip != address or pod.service != key[1] or pod.host_network:
                         continue
@@ -270,15 +271,24 @@ class ClusterView:
         def apply(kind: str, obj: dict[str, Any]) -> None:
             meta = obj["metadata"]
             slice_key = (meta["namespace"], meta["name"])
+            forget(slice_key)
             if kind == "DELETED":
-                self.slices.pop(slice_key, None)
                 return
             owner = (meta["namespace"], (meta.get("labels") or {}).get(SERVICE_NAME_LABEL, ""))
             self.slices[slice_key] = (owner, slice_endpoints(obj))
+            self.slices_of.setdefault(owner, set()).add(slice_key)
+
+        def forget(slice_key: tuple[str, str]) -> None:
+            old = self.slices.pop(slice_key, None)
+            if old is not None:
+                keys = self.slices_of.get(old[0], set())
+                keys.discard(slice_key)
+                if not keys:
+                    self.slices_of.pop(old[0], None)
 
         def reset(items: list[dict[str, Any]]) -> None:
             for key in [k for k in self.slices if namespace is None or k[0] == namespace]:
-                del self.slices[key]
+                forget(key)
             for obj in items:
                 apply("ADDED", obj)
 
