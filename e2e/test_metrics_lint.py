@@ -16,7 +16,7 @@ from llama_operator.activator.proxy import RouterMetrics
 from llama_operator.infra import metrics as m
 from localcluster import info as cluster_info
 from localcluster.config import PROMETHEUS_VERSION, cache_paths
-from support import free_port
+from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,26 @@ def router_exposition(router: RouterMetrics) -> bytes:
     from prometheus_client import generate_latest  # noqa: PLC0415
 
     return generate_latest(router.registry)
+
+
+def test_the_running_operators_metrics_pass_promtool(
+    promtool: Path, cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """The operator as it runs (against the local cluster, reconciling a LlamaService), not a registry."""
+    assert cluster.apply(llamaservice_manifest("lint"), namespace).returncode == 0
+
+    def exposition() -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as r:
+                body: bytes = r.read()
+        except OSError:
+            return None
+        ours = (
+            f'llamaservice="lint",namespace="{namespace}"',
+            f'namespace="{namespace}",llamaservice="lint"',
+        )
+        return body if any(labels.encode() in body for labels in ours) else None
+
+    body = eventually("the LlamaService's series on /metrics", exposition, 90)
+    assert b"process_resident_memory_bytes" in body and b"llama_operator_llamaservice_ready" in body
+    check(promtool, body)
