@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,34 @@ def test_a_file_that_is_not_yaml_or_not_there_is_one_line(tmp_path: Path) -> Non
     missing = tmp_path / "absent.yaml"
     with pytest.raises(ConfigError, match=rf"^{missing}: cannot read the operator's configuration"):
         load_settings({"LLAMA_OPERATOR_CONFIG": str(missing)})
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: ops}}]
+current-context: x
+"""
+
+
+def test_run_stops_with_the_one_line_and_exit_1(tmp_path: Path) -> None:
+    """As the pod's log shows it: `llama-operator run` with the chart's config file, one line, no dump."""
+    config = tmp_path / "config.yaml"
+    config.write_text("prometheusUrl: notaurl\nmigStrategy: bogus\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "LLAMA_OPERATOR_CONFIG": str(config)}
+    done = subprocess.run(
+        [sys.executable, "-m", "llama_operator", "run", "--standalone"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].lower().startswith(f"error: invalid operator configuration ({config}): migstrategy: ")
+    assert "prometheusUrl: 'notaurl' is not an http:// or https:// URL" in lines[0]
