@@ -95,6 +95,18 @@ def test_a_pdb_keeps_one_operator_when_it_has_replicas(helm: Path) -> None:
     assert pdb["spec"]["minAvailable"] == 1
 
 
+def test_a_pdb_that_would_block_every_drain_is_refused(helm: Path) -> None:
+    proc = template(helm, "--set", "replicaCount=2", "--set", "podDisruptionBudget.minAvailable=2")
+    assert (
+        proc.returncode != 0
+        and "podDisruptionBudget.minAvailable (2) must be below replicaCount (2)" in proc.stderr
+    )
+    assert find(
+        render(helm, "--set", "replicaCount=3", "--set", "podDisruptionBudget.minAvailable=2"),
+        "PodDisruptionBudget",
+    )
+
+
 def test_topology_spread_extra_env_and_volumes_reach_the_pod(helm: Path, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text(
