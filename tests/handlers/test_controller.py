@@ -14,6 +14,8 @@ import pytest
 from llama_operator.api.settings import Settings
 from llama_operator.handlers.controller import Controller, Key
 from llama_operator.handlers.reconciler import Indexes
+from llama_operator.infra.metrics import OperatorMetrics
+from tests.planning.builders import gpu_node
 
 RESYNC = 0.05  # seconds
 KEYS: list[Key] = [("team-a", "chat"), ("team-a", "code"), ("team-b", "chat")]
@@ -23,7 +25,9 @@ def body(namespace: str, name: str) -> dict[str, Any]:
     return {"metadata": {"namespace": namespace, "name": name}}
 
 
-def fake_indexes(llamaservices: dict[Key, list[dict[str, Any]]]) -> Indexes:
+def fake_indexes(
+    llamaservices: dict[Key, list[dict[str, Any]]], nodes: dict[Any, list[dict[str, Any]]] | None = None
+) -> Indexes:
     """kopf.Index is a mapping of key to a store of values; a dict of lists behaves alike for the
     controller."""
 
@@ -32,7 +36,7 @@ def fake_indexes(llamaservices: dict[Key, list[dict[str, Any]]]) -> Indexes:
 
     return Indexes(
         llamaservices=index(llamaservices),
-        nodes=index({}),
+        nodes=index(nodes or {}),
         pods=index({}),
         deployments=index({}),
         services=index({}),
@@ -51,6 +55,7 @@ def llamaservices() -> dict[Key, list[dict[str, Any]]]:
 def controller(llamaservices: dict[Key, list[dict[str, Any]]]) -> Iterator[Controller]:
     memo = kopf.Memo()
     memo.settings = Settings(resync_seconds=RESYNC)
+    memo.metrics = OperatorMetrics()
     made = Controller(memo, fake_indexes(llamaservices), leader=None)
     yield made
     made.pool.shutdown(wait=False)
@@ -152,3 +157,20 @@ def test_the_resync_loop_sleeps_the_configured_period(controller: Controller) ->
     run(main)
     assert sleeps == [RESYNC] * 4
     assert calls == [1, 2, 3]  # each enqueue_all after a full period, never before the first
+
+
+def test_the_resync_counts_unknown_gpu_nodes_without_any_llamaservice() -> None:
+    """llama_operator_unknown_gpu_nodes comes from the nodes: a cluster with no LlamaService yet says it too."""
+    memo = kopf.Memo()
+    memo.settings = Settings(resync_seconds=RESYNC)
+    memo.metrics = OperatorMetrics()
+    nodes = {"x-0": [gpu_node("x-0", "NVIDIA-X1000", 8)], "t4": [gpu_node("t4", "Tesla-T4", 1)]}
+    made = Controller(memo, fake_indexes({}, nodes), leader=None)
+    try:
+        run(made.enqueue_all)
+        text = memo.metrics.exposition().decode()
+        assert 'llama_operator_unknown_gpu_nodes{product="NVIDIA-X1000"} 1.0' in text
+        assert "Tesla-T4" not in text
+    finally:
+        made.pool.shutdown(wait=False)
+        made.autoscaler_pool.shutdown(wait=False)

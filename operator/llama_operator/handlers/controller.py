@@ -32,7 +32,7 @@ from llama_operator.desired.labels import (
 )
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.indexes import endpoint_facts, node_facts
-from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice
+from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice, report_unknown_gpus
 from llama_operator.infra.kube import own_namespace
 from llama_operator.infra.leader import LeaderElection, LeaseProblem
 from llama_operator.infra.workqueue import WorkQueue
@@ -73,6 +73,8 @@ class Controller:
         return self.leader is None or self.leader.is_leader
 
     async def enqueue_all(self) -> None:
+        # At every resync: GPU nodes no accelerator matches are counted even with no LlamaService.
+        report_unknown_gpus(self.memo, self.indexes)
         for key in list(self.indexes.llamaservices.keys()):
             await self.queue.add(key)
 

@@ -16,7 +16,7 @@ from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute
-from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import UNKNOWN_GPUS_NOTE
 from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.execution import (
@@ -74,17 +74,26 @@ class ReconcileResult:
     events: list[Event] = field(default_factory=list)
 
 
+def node_inventory(memo: kopf.Memo, indexes: Indexes) -> Inventory | None:
+    """The indexed nodes as the planner sees them (the platform's catalog and pod node selector)."""
+    nodes = [node for store in indexes.nodes.values() for node in store]
+    if not nodes:
+        return None
+    settings = memo.settings
+    return inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
+
+
+def report_unknown_gpus(memo: kopf.Memo, indexes: Indexes) -> None:
+    """llama_operator_unknown_gpu_nodes from the nodes alone: also where no LlamaService is reconciled."""
+    inventory = node_inventory(memo, indexes)
+    memo.metrics.unknown_gpus(dict(inventory.unknown_gpus) if inventory is not None else {})
+
+
 def compute_outcome(
     body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes, deployment: Mapping[str, Any] | None
 ) -> ReconcileOutcome:
     """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
-    nodes = [node for store in indexes.nodes.values() for node in store]
-    settings = memo.settings
-    inventory = (
-        inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
-        if nodes
-        else None
-    )
+    inventory = node_inventory(memo, indexes)
     memo.metrics.unknown_gpus(dict(inventory.unknown_gpus) if inventory is not None else {})
     return reconcile(
         body,
