@@ -69,8 +69,9 @@ class RouterProcess:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
+        # Ready once its watches listed LlamaServices, EndpointSlices and every Pod: slow on a busy API server.
         wait_healthz(
-            "the router", self.proc, f"http://127.0.0.1:{self.admin_port}/readyz", self.tail, timeout=60
+            "the router", self.proc, f"http://127.0.0.1:{self.admin_port}/readyz", self.tail, timeout=120
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
