@@ -7,6 +7,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from support import Cluster, OperatorProcess, eventually, repo_root
 
 pytestmark = pytest.mark.e2e
 
-RELEASE = "llama-op"
-RELEASE_NS = "llama-operator-system"
+# Unique per run: sessions share the local cluster, and a fixed release name collides with another's.
+RUN = uuid.uuid4().hex[:6]
+RELEASE = f"llama-op-{RUN}"
+RELEASE_NS = f"llama-op-system-{RUN}"
 FULLNAME = f"{RELEASE}-llama-operator"  # the chart's names: <release>-llama-operator
 SA = f"system:serviceaccount:{RELEASE_NS}:{FULLNAME}"
 CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
@@ -31,7 +34,7 @@ def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def watched(cluster: Cluster) -> Iterator[str]:
-    name = "helm-team"
+    name = f"helm-team-{RUN}"
     cluster.kubectl("create", "namespace", name, check=False)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
@@ -62,10 +65,13 @@ def release(cluster: Cluster, watched: str) -> Iterator[str]:
         "--set",
         f"watchNamespaces={{{watched}}}",
         "--wait=false",
+        # The CRD is cluster-wide: another session's release may hold it (Helm 3.17+ adopts it).
+        "--take-ownership",
     )
     assert done.returncode == 0, done.stderr
     yield RELEASE
     helm(cluster, "uninstall", RELEASE, "-n", RELEASE_NS)
+    cluster.kubectl("delete", "namespace", RELEASE_NS, "--wait=false", check=False)
 
 
 def test_helm_lint(cluster: Cluster) -> None:
