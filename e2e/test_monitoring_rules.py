@@ -414,6 +414,29 @@ def test_operator_down_is_quiet_with_a_leader_and_a_standby(
     )
 
 
+# ---- LlamaOperatorLeaderElectionBlocked --------------------------------------------------------------
+
+
+def test_a_replica_refused_its_lease_opens_a_ticket(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+    labels = {"job": JOB, "instance": "op-1:8081", "reason": "Forbidden"}
+    series = [
+        {"series": f"llama_operator_leader_election_blocked{_labels(**labels)}", "values": "1+0x20"},
+        # A replica refused once, then allowed (the Role was fixed within a minute): nothing.
+        {
+            "series": f"llama_operator_leader_election_blocked{_labels(**{**labels, 'instance': 'op-2:8081'})}",
+            "values": "1 0+0x19",
+        },
+    ]
+    firing = expected_alert(r.ELECTION_BLOCKED, **labels)
+    run_scenario(
+        promtool,
+        rule_file,
+        tmp_path,
+        series,
+        [("4m", r.ELECTION_BLOCKED, []), ("6m", r.ELECTION_BLOCKED, [firing])],
+    )
+
+
 # ---- LlamaOperatorReconcileErrors -----------------------------------------------------------------------
 
 

@@ -61,6 +61,7 @@ def exposed_operator_series() -> set[str]:
     metrics.hold([Holding("team-a", "chat", 2, 0.5)], now=0.0)
     metrics.service_state("team-a", "chat", ready=True, degraded=False)
     metrics.unknown_gpus({"NVIDIA-Future": 1})
+    metrics.leader_election_blocked.labels(reason="Forbidden").set(1)
     metrics.reconciled("success", 0.01)
     metrics.wrote("Deployment")
     metrics.api_error("Deployment", 409)

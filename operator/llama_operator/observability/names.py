@@ -32,6 +32,7 @@ VLLM_LEGACY_NAMES = frozenset(vllm.KV_CACHE_METRICS[1:])
 # The operator's own series (infra/metrics.py).
 OP_INFO = "llama_operator_info"
 OP_LEADER = "llama_operator_leader"
+OP_LEADER_ELECTION_BLOCKED = "llama_operator_leader_election_blocked"
 OP_RECONCILES = "llama_operator_reconcile_total"
 OP_RECONCILE_SECONDS = "llama_operator_reconcile_duration_seconds"
 OP_WRITES = "llama_operator_object_writes_total"

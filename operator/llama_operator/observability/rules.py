@@ -61,6 +61,7 @@ NOT_READY = "LlamaServiceNotReady"
 DEGRADED = "LlamaServiceDegraded"
 OPERATOR_DOWN = "LlamaOperatorDown"
 RECONCILE_ERRORS = "LlamaOperatorReconcileErrors"
+ELECTION_BLOCKED = "LlamaOperatorLeaderElectionBlocked"
 UNKNOWN_GPUS = "LlamaOperatorUnknownGPUs"
 ACTIVATOR_DOWN = "LlamaActivatorDown"
 ACTIVATION_TIMEOUTS = "LlamaActivatorTimeouts"
@@ -73,6 +74,7 @@ ALERTS = (
     DEGRADED,
     OPERATOR_DOWN,
     RECONCILE_ERRORS,
+    ELECTION_BLOCKED,
     UNKNOWN_GPUS,
     ACTIVATOR_DOWN,
     ACTIVATION_TIMEOUTS,
@@ -330,6 +332,22 @@ def alerting_rules(p: RuleParams) -> list[dict[str, Any]]:
             "matches: accelerator.type auto cannot use them. Add it under the chart's config.accelerators.",
         ),
     }
+    election_blocked = {
+        "alert": ELECTION_BLOCKED,
+        # A replica the API server refuses its Lease for good can never take over: the failover it is
+        # there for is gone, though the leader may still run.
+        "expr": f"max by (job, instance, reason) ({n.OP_LEADER_ELECTION_BLOCKED}) > 0\n",
+        "for": p.operator_down_for,
+        "labels": {"severity": p.ticket_severity},
+        "annotations": _annotations(
+            p,
+            ELECTION_BLOCKED,
+            "an operator replica cannot take part in leader election ({{ $labels.reason }})",
+            "{{ $labels.instance }} has been refused its leader Lease (reason {{ $labels.reason }}) for "
+            f"{p.operator_down_for}: it is not ready and can never take over. Its pod's Warning Event "
+            "LeaderElectionBlocked and its log name the Lease, the namespace and the missing RBAC.",
+        ),
+    }
     return [
         *(burn_alert(p, w) for w in BURN_WINDOWS),
         *(burn_alert(p, w, tpot=True) for w in BURN_WINDOWS),
@@ -338,6 +356,7 @@ def alerting_rules(p: RuleParams) -> list[dict[str, Any]]:
         not_ready,
         degraded,
         reconcile_errors,
+        election_blocked,
         unknown_gpus,
     ]
 
