@@ -250,3 +250,27 @@ def test_a_platform_adds_a_gpu_through_values(helm: Path, tmp_path: Path) -> Non
     values.write_text(yaml.safe_dump({"config": {"accelerators": {"h20": {**h20, "memoryMiB": "lots"}}}}))
     proc = template(helm, "-f", str(values))
     assert proc.returncode != 0 and "memoryMiB" in proc.stderr
+
+
+def test_common_labels_args_and_sidecars(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "commonLabels": {"cost-center": "ml-platform"},
+                "extraArgs": ["--log-prefix"],
+                "initContainers": [{"name": "wait", "image": "busybox", "command": ["true"]}],
+                "extraContainers": [{"name": "shipper", "image": "fluent-bit"}],
+            }
+        )
+    )
+    docs = render(helm, "-f", str(values))
+    for d in docs:
+        if d["kind"] != "CustomResourceDefinition":
+            assert d["metadata"]["labels"]["cost-center"] == "ml-platform", (d["kind"], d["metadata"]["name"])
+    pod = operator_deployment(docs)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"][-1] == "--log-prefix"
+    assert [c["name"] for c in pod["initContainers"]] == ["wait"]
+    assert [c["name"] for c in pod["containers"]] == ["operator", "shipper"]
+    # The selector labels stay the chart's: a common label cannot take them over.
+    assert template(helm, "--set", "commonLabels.app\\.kubernetes\\.io/name=x").returncode != 0

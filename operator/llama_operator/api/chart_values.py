@@ -490,6 +490,29 @@ class ChartValues(ValuesModel):
     extra_volume_mounts: Annotated[
         list[KubeObject], Field(description="Mounts of extraVolumes into the operator container.")
     ] = Field(default_factory=list)
+    extra_args: Annotated[
+        list[str],
+        Field(
+            description="More arguments for `llama-operator run` (e.g. kopf's --liveness or --log-prefix)."
+        ),
+    ] = Field(default_factory=list)
+    init_containers: Annotated[
+        list[KubeObject], Field(description="Init containers of the operator pod (e.g. waiting for a proxy).")
+    ] = Field(default_factory=list)
+    extra_containers: Annotated[
+        list[KubeObject],
+        Field(description="Sidecars of the operator pod (e.g. a log shipper, an auth proxy)."),
+    ] = Field(default_factory=list)
+    common_labels: Annotated[
+        dict[str, str],
+        Field(
+            description="Labels on every object of the release (cost center, team); not the chart's own "
+            "selector labels.",
+            json_schema_extra={
+                "propertyNames": {"not": {"pattern": "^app\\.kubernetes\\.io/(name|instance)$"}}
+            },
+        ),
+    ] = Field(default_factory=dict)
     pod_security_context: Annotated[
         KubeObject, Field(description="The operator pod's securityContext (default: non-root, seccomp).")
     ] = Field(default_factory=dict)
