@@ -181,7 +181,9 @@ class LeaderElection:
     def _refused(self, err: ApiException, verb: str) -> Exception:
         """A refusal for good as LeaseRefusedError; anything else (5xx, 429) as it is, to be retried."""
         if _is_refusal(err):
-            return LeaseRefusedError(describe_refusal(err, verb=verb, namespace=self.namespace, name=self.name))
+            return LeaseRefusedError(
+                describe_refusal(err, verb=verb, namespace=self.namespace, name=self.name)
+            )
         retried: Exception = err  # ApiException is untyped (the client ships no stubs)
         return retried
 
