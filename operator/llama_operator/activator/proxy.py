@@ -50,6 +50,7 @@ from llama_operator.activator.routing import (
     retry_after_seconds,
     served_models,
 )
+from llama_operator.observability import names as n
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +66,10 @@ class RouterMetrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=r)  # process_*: what every exporter has (memory, CPU, open files)
         PlatformCollector(registry=r)
-        self.held = Gauge(
-            "llama_router_held_requests", "Requests held now, waiting for a replica.", LABELS, registry=r
-        )
-        self.inflight = Gauge(
-            "llama_router_inflight_requests", "Requests forwarded and not finished.", registry=r
-        )
+        self.held = Gauge(n.ROUTER_HELD, "Requests held now, waiting for a replica.", LABELS, registry=r)
+        self.inflight = Gauge(n.ROUTER_INFLIGHT, "Requests forwarded and not finished.", registry=r)
         self.requests = Counter(
-            "llama_router_requests",
+            n.ROUTER_REQUESTS,
             "Requests by outcome: forwarded (a pod was ready), held_forwarded (held, then served), timed_out "
             "(503 after the hold time), rejected (a limit: 503, or 413 for a body too big), draining (503: "
             "this replica is stopping), unknown (no such LlamaService for this caller), forbidden (a source "
@@ -82,7 +79,7 @@ class RouterMetrics:
             registry=r,
         )
         self.picks = Counter(
-            "llama_router_picks",
+            n.ROUTER_PICKS,
             "Pods picked, by reason: affinity (the prompt's prefix pod), spill (its next pod on the ring: the "
             "affine one was above its bounded load), saturated (least-loaded: every pod at its bound), "
             "least_loaded (no prompt), retry (another pod after a refused connection).",
@@ -90,30 +87,30 @@ class RouterMetrics:
             registry=r,
         )
         self.rejected = Counter(
-            "llama_router_rejected", "Requests refused by a limit, by limit.", ["limit"], registry=r
+            n.ROUTER_REJECTED, "Requests refused by a limit, by limit.", ["limit"], registry=r
         )
         self.overhead = Histogram(
-            "llama_router_added_latency_seconds",
+            n.ROUTER_ADDED_LATENCY,
             "Time the router adds before the upstream request: reading the body, resolving, picking, "
             "connecting (not holding).",
             buckets=OVERHEAD_BUCKETS,
             registry=r,
         )
         self.activation = Histogram(
-            "llama_router_activation_seconds",
+            n.ROUTER_ACTIVATION_SECONDS,
             "A wake from zero: first request held to its first token.",
             LABELS,
             buckets=WAKE_BUCKETS,
             registry=r,
         )
         self.hold = Histogram(
-            "llama_router_hold_seconds",
+            n.ROUTER_HOLD_SECONDS,
             "How long each held request waited for a ready replica.",
             buckets=WAKE_BUCKETS,
             registry=r,
         )
         self.demand_reports = Counter(
-            "llama_router_demand_reports",
+            n.ROUTER_DEMAND_REPORTS,
             "Demand reports written (one per held service every few seconds, on the service's Lease).",
             registry=r,
         )

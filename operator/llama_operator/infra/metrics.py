@@ -33,48 +33,20 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
 from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.observability import names as n
 
 SERVICE_LABELS = ("namespace", "llamaservice")
 disable_created_metrics()  # type: ignore[no-untyped-call] # the *_created series double the exposition and no panel or rule reads them
 
-# Every metric this module defines, by name: the dashboard and alert rules may use only these (and
-# vLLM's own). Kept next to the definitions so that a new metric is listed where it is made.
-METRIC_NAMES: tuple[str, ...] = (
-    "llama_operator_info",
-    "llama_operator_leader",
-    "llama_operator_leader_election_blocked",
-    "llama_operator_reconcile_total",
-    "llama_operator_reconcile_duration_seconds",
-    "llama_operator_object_writes_total",
-    "llama_operator_api_errors_total",
-    "llama_operator_workqueue_depth",
-    "llama_operator_plan_refusals_total",
-    "llama_operator_desired_replicas",
-    "llama_operator_current_replicas",
-    "llama_operator_ready_replicas",
-    "llama_operator_min_replicas",
-    "llama_operator_max_replicas",
-    "llama_operator_autoscaler_decisions_total",
-    "llama_operator_ttft_observed_seconds",
-    "llama_operator_slo_ttft_seconds",
-    "llama_operator_slo_tpot_seconds",
-    "llama_operator_slo_objective_ratio",
-    "llama_operator_slo_met",
-    "llama_operator_signal_no_data_seconds",
-    "llama_operator_scaled_to_zero",
-    "llama_operator_activation_seconds",
-    "llama_operator_gpus",
-    "llama_operator_gpu_price_per_hour",
-    "llama_operator_gpu_seconds_total",
-    "llama_operator_slo_ttft_bound_info",
-    "llama_operator_slo_tpot_bound_info",
-    "llama_operator_llamaservice_ready",
-    "llama_operator_llamaservice_degraded",
-    "llama_operator_unknown_gpu_nodes",
-    "llama_operator_autoscaler_cycle_duration_seconds",
-    "llama_operator_autoscaler_refresh_backlog",
-    "llama_operator_prometheus_errors_total",
-)
+
+def exported_names(registry: CollectorRegistry) -> tuple[str, ...]:
+    """The operator's series names a registry exports (counters with their _total), sorted."""
+    names = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in registry.collect()
+        if family.name.startswith(n.OPERATOR_PREFIX)
+    }
+    return tuple(sorted(names))
 
 
 def slo_bucket_bound(slo_seconds: float, bounds: Iterable[float] = VLLM_TTFT_BUCKETS) -> str:
@@ -127,41 +99,35 @@ class OperatorMetrics:
         # have, and what the operator's memory alerts and capacity figures read.
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
-        self.info = Gauge(
-            "llama_operator_info", "The operator's version (always 1).", ["version"], registry=r
-        )
+        self.info = Gauge(n.OP_INFO, "The operator's version (always 1).", ["version"], registry=r)
         self.info.labels(version=version).set(1)
-        self.leader = Gauge("llama_operator_leader", "1 when this instance leads, 0 on standby.", registry=r)
+        self.leader = Gauge(n.OP_LEADER, "1 when this instance leads, 0 on standby.", registry=r)
         self.leader_election_blocked = Gauge(
-            "llama_operator_leader_election_blocked",
+            n.OP_LEADER_ELECTION_BLOCKED,
             "1 while the API server refuses this instance's Lease requests for good (RBAC, credentials, a "
             "missing namespace), by the server's reason; the instance is then not ready.",
             ["reason"],
             registry=r,
         )
         self.reconciles = Counter(
-            "llama_operator_reconcile", "Reconciles of a LlamaService, by result.", ["result"], registry=r
+            n.OP_RECONCILES, "Reconciles of a LlamaService, by result.", ["result"], registry=r
         )
         self.reconcile_seconds = Histogram(
-            "llama_operator_reconcile_duration_seconds",
+            n.OP_RECONCILE_SECONDS,
             "Time one reconcile of a LlamaService took.",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
-        self.writes = Counter(
-            "llama_operator_object_writes", "Writes to the API server, by object kind.", ["kind"], registry=r
-        )
+        self.writes = Counter(n.OP_WRITES, "Writes to the API server, by object kind.", ["kind"], registry=r)
         self.api_errors = Counter(
-            "llama_operator_api_errors",
+            n.OP_API_ERRORS,
             "Requests the API server refused or failed, by object kind and HTTP status.",
             ["kind", "code"],
             registry=r,
         )
-        self.queue_depth = Gauge(
-            "llama_operator_workqueue_depth", "LlamaServices waiting to be reconciled.", registry=r
-        )
+        self.queue_depth = Gauge(n.OP_QUEUE_DEPTH, "LlamaServices waiting to be reconciled.", registry=r)
         self.plan_refusals = Counter(
-            "llama_operator_plan_refusals",
+            n.OP_PLAN_REFUSALS,
             "Plans refused (no fitting accelerator, bad input...), by the condition reason given.",
             ["reason"],
             registry=r,
@@ -194,12 +160,12 @@ class OperatorMetrics:
             ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
         ]
         self.service_gauges: dict[str, Gauge] = {
-            name: Gauge(f"llama_operator_{name}", help_text, SERVICE_LABELS, registry=r)
+            name: Gauge(n.PER_SERVICE_GAUGES[name], help_text, SERVICE_LABELS, registry=r)
             for name, help_text in per_service
         }
         # Seconds, the base unit: GPU-hours are increase(...) / 3600.
         self.gpu_seconds = Counter(
-            "llama_operator_gpu_seconds",
+            n.OP_GPU_SECONDS,
             "GPU-seconds held by a LlamaService since the operator started (/ 3600 x the hourly price: cost).",
             SERVICE_LABELS,
             registry=r,
@@ -207,59 +173,59 @@ class OperatorMetrics:
         # Not a histogram: an info series naming the bound (`bound`, as vLLM's exposition prints its `le`)
         # that the SLO rules join vLLM's histogram on (label_replace into `le`).
         self.slo_bound = Gauge(
-            "llama_operator_slo_ttft_bound_info",
+            n.OP_SLO_BOUND,
             "1 for the vLLM TTFT histogram bound (label bound, as vLLM's le) that counts a LlamaService's "
             "requests within its TTFT objective.",
             [*SERVICE_LABELS, "bound"],
             registry=r,
         )
         self.tpot_bound = Gauge(
-            "llama_operator_slo_tpot_bound_info",
+            n.OP_TPOT_BOUND,
             "1 for the vLLM inter-token latency histogram bound (label bound, as vLLM's le) that counts a "
             "LlamaService's tokens within its TPOT objective (absent: no TPOT objective).",
             [*SERVICE_LABELS, "bound"],
             registry=r,
         )
         self.ready = Gauge(
-            "llama_operator_llamaservice_ready",
+            n.OP_SERVICE_READY,
             "1 while a LlamaService's Ready condition is True or it is scaled to zero on purpose, else 0 (any "
             "LlamaService, autoscaled or not).",
             SERVICE_LABELS,
             registry=r,
         )
         self.degraded = Gauge(
-            "llama_operator_llamaservice_degraded",
+            n.OP_SERVICE_DEGRADED,
             "1 while a LlamaService's Degraded condition is True (its spec cannot be served as written).",
             SERVICE_LABELS,
             registry=r,
         )
         self.unknown_gpu_nodes = Gauge(
-            "llama_operator_unknown_gpu_nodes",
+            n.OP_UNKNOWN_GPU_NODES,
             "Nodes with GPUs whose nvidia.com/gpu.product matches no accelerator of the catalog (or "
             "config.accelerators), by product: accelerator.type auto cannot use them.",
             ["product"],
             registry=r,
         )
         self.decisions = Counter(
-            "llama_operator_autoscaler_decisions",
+            n.OP_DECISIONS,
             "Replica changes the autoscaler made, by direction (up, down).",
             [*SERVICE_LABELS, "direction"],
             registry=r,
         )
         self.cycle_seconds = Histogram(
-            "llama_operator_autoscaler_cycle_duration_seconds",
+            n.OP_CYCLE_SECONDS,
             "Time one autoscaler cycle (all LlamaServices) took.",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
         self.refresh_backlog = Gauge(
-            "llama_operator_autoscaler_refresh_backlog",
+            n.OP_REFRESH_BACKLOG,
             "Observation refreshes of status due in the last cycle but past the fleet-wide budget "
             "(statusRefreshesPerSecond): written in later cycles, oldest first.",
             registry=r,
         )
         self.prometheus_errors = Counter(
-            "llama_operator_prometheus_errors",
+            n.OP_PROMETHEUS_ERRORS,
             "Autoscaler cycles that could not read Prometheus.",
             registry=r,
         )
@@ -492,6 +458,9 @@ class Health:
 
 
 METRICS = OperatorMetrics(version="unset")  # the process's instance; `run` sets the version
+# Every series the operator exports, by name, from its own registry: the dashboard and the alert rules may
+# use only these (and vLLM's own); names are spelled once, in observability/names.py.
+METRIC_NAMES: tuple[str, ...] = exported_names(METRICS.registry)
 HEALTH = Health()
 
 

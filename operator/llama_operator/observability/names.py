@@ -29,7 +29,8 @@ VLLM_KV_CACHE = vllm.KV_CACHE_METRICS[0]
 VLLM_KV_CACHE_ANY = "|".join(vllm.KV_CACHE_METRICS)
 VLLM_LEGACY_NAMES = frozenset(vllm.KV_CACHE_METRICS[1:])
 
-# The operator's own series (infra/metrics.py).
+# The operator's own series (defined in infra/metrics.py with these names; spelled nowhere else).
+OPERATOR_PREFIX = "llama_operator_"
 OP_INFO = "llama_operator_info"
 OP_LEADER = "llama_operator_leader"
 OP_LEADER_ELECTION_BLOCKED = "llama_operator_leader_election_blocked"
@@ -62,11 +63,37 @@ OP_UNKNOWN_GPU_NODES = "llama_operator_unknown_gpu_nodes"
 OP_CYCLE_SECONDS = "llama_operator_autoscaler_cycle_duration_seconds"
 OP_REFRESH_BACKLOG = "llama_operator_autoscaler_refresh_backlog"
 OP_PROMETHEUS_ERRORS = "llama_operator_prometheus_errors_total"
+OP_SCALED_TO_ZERO = "llama_operator_scaled_to_zero"
+OP_ACTIVATION_SECONDS = "llama_operator_activation_seconds"
+# The per-LlamaService gauges of one autoscaler cycle, by the key infra/metrics.py files them under.
+PER_SERVICE_GAUGES: dict[str, str] = {
+    "desired_replicas": OP_DESIRED,
+    "current_replicas": OP_CURRENT,
+    "ready_replicas": OP_READY,
+    "min_replicas": OP_MIN,
+    "max_replicas": OP_MAX,
+    "ttft_observed_seconds": OP_TTFT_OBSERVED,
+    "slo_ttft_seconds": OP_SLO_TTFT,
+    "slo_objective_ratio": OP_SLO_OBJECTIVE,
+    "slo_met": OP_SLO_MET,
+    "signal_no_data_seconds": OP_NO_DATA,
+    "scaled_to_zero": OP_SCALED_TO_ZERO,
+    "activation_seconds": OP_ACTIVATION_SECONDS,
+    "slo_tpot_seconds": OP_SLO_TPOT,
+    "gpus": OP_GPUS,
+    "gpu_price_per_hour": OP_GPU_PRICE,
+}
 
 # The activator's (router's) series (activator/proxy.py).
 ROUTER_HELD = "llama_router_held_requests"
+ROUTER_INFLIGHT = "llama_router_inflight_requests"
 ROUTER_REQUESTS = "llama_router_requests_total"
+ROUTER_PICKS = "llama_router_picks_total"
+ROUTER_REJECTED = "llama_router_rejected_total"
+ROUTER_ADDED_LATENCY = "llama_router_added_latency_seconds"
 ROUTER_ACTIVATION_SECONDS = "llama_router_activation_seconds"
+ROUTER_HOLD_SECONDS = "llama_router_hold_seconds"
+ROUTER_DEMAND_REPORTS = "llama_router_demand_reports_total"
 ROUTER_NAMES = (ROUTER_HELD, ROUTER_REQUESTS, ROUTER_ACTIVATION_SECONDS)
 
 # Prometheus' own series.
