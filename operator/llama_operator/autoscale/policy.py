@@ -135,7 +135,7 @@ def decide(
         return _to_zero(spec, signals, state, now, idle_since)
     slo_met = _slo_met(spec, signals)
     capacity, corrected_time = _update_capacity(spec, signals, state, now, tuning)
-    breach_since = _persistent_breach_since(spec, signals, state, now)
+    breach_since = _persistent_breach_since(slo_met, signals, state, now)
     if signals.status is SignalStatus.IDLE:
         need = _Need(low, "idle: no requests in the window")
         if idle_since is not None:
@@ -490,26 +490,34 @@ def _lowest_before(history: list[Recommendation], index: int, seconds: float) ->
 
 
 def _persistent_breach_since(
-    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float
+    slo_met: bool | None, signals: Signals, state: AutoscalerState, now: float
 ) -> float | None:
     """Since when the TTFT percentile has been above the SLO at every evaluation with no replica
     starting; None when it is not now (a start resets it: the new replica gets its chance first)."""
-    if _slo_met(spec, signals) is not False or signals.starting_replicas > 0:
+    if slo_met is not False or signals.starting_replicas > 0:
         return None
     return state.slo_breach_since if state.slo_breach_since is not None else now
 
 
-def _tpot_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
-    tpot = signals.tpot_percentile_seconds
-    if spec.slo.tpot_seconds is None or tpot is None:
+def objective_met(observed: float | None, objective: float | None) -> bool | None:
+    """An observed percentile within its objective (at or below it); None when either is missing. The one
+    place that judges a latency against its SLO: the policy and the status conditions both ask it."""
+    if observed is None or objective is None:
         return None
-    return tpot <= spec.slo.tpot_seconds
+    return observed <= objective
+
+
+def _tpot_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
+    return objective_met(signals.tpot_percentile_seconds, spec.slo.tpot_seconds)
+
+
+def _ttft_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
+    return objective_met(signals.ttft_percentile_seconds, spec.slo.ttft_seconds)
 
 
 def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
     """Both objectives held (False when either is missed; None when neither was observed)."""
-    ttft = signals.ttft_percentile_seconds
-    ttft_met = None if ttft is None else ttft <= spec.slo.ttft_seconds
+    ttft_met = _ttft_met(spec, signals)
     tpot_met = _tpot_met(spec, signals)
     if ttft_met is False or tpot_met is False:
         return False
@@ -647,7 +655,7 @@ def _calibrate_capacity(
     if ttft is None:
         return capacity, corrected
     model_needs = _replicas_by_queueing(spec, signals, capacity, tuning)
-    if ttft > spec.slo.ttft_seconds and model_needs <= signals.ready_replicas:
+    if _ttft_met(spec, signals) is False and model_needs <= signals.ready_replicas:
         return max(served, capacity * tuning.capacity_correction), now
     comfortable = ttft <= spec.slo.ttft_seconds * tuning.slo_headroom * 0.8
     if comfortable and signals.queue_waiting_total == 0 and model_needs > signals.ready_replicas:

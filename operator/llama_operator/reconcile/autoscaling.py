@@ -20,7 +20,7 @@ from llama_operator.api.conditions import (
 )
 from llama_operator.api.plan import Plan, status_plan
 from llama_operator.api.times import rfc3339
-from llama_operator.autoscale.policy import Decision
+from llama_operator.autoscale.policy import Decision, objective_met
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.execution import Event
 
@@ -284,9 +284,9 @@ def _slo_met_condition(
         conditions.set(ConditionType.SLO_MET, ConditionStatus.TRUE, "WithinSLO", observed)
         return
     missed = []
-    if ttft is not None and ttft > slo_ttft_seconds:
+    if objective_met(ttft, slo_ttft_seconds) is False:
         missed.append("TTFT")
-    if tpot is not None and slo_tpot_seconds is not None and tpot > slo_tpot_seconds:
+    if objective_met(tpot, slo_tpot_seconds) is False:
         missed.append("TPOT")
     conditions.set(
         ConditionType.SLO_MET,
@@ -350,12 +350,12 @@ def _slo_message(ttft: float | None, ttft_slo: float, tpot: float | None, tpot_s
     """'TTFT 0.412s <= 0.5s, TPOT 0.061s > 0.05s': each objective's observation against its target."""
     parts = []
     if ttft is not None:
-        parts.append(f"TTFT {ttft:.3f}s {'<=' if ttft <= ttft_slo else '>'} {ttft_slo:g}s")
+        parts.append(f"TTFT {ttft:.3f}s {'<=' if objective_met(ttft, ttft_slo) else '>'} {ttft_slo:g}s")
     else:
         parts.append(f"TTFT not observed (SLO {ttft_slo:g}s)")
     if tpot_slo is not None:
         if tpot is not None:
-            parts.append(f"TPOT {tpot:.3f}s {'<=' if tpot <= tpot_slo else '>'} {tpot_slo:g}s")
+            parts.append(f"TPOT {tpot:.3f}s {'<=' if objective_met(tpot, tpot_slo) else '>'} {tpot_slo:g}s")
         else:
             parts.append(f"TPOT not observed (SLO {tpot_slo:g}s)")
     return ", ".join(parts)
