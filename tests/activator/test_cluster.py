@@ -98,13 +98,18 @@ def test_service_info_reads_the_served_model_and_the_allowed_namespaces() -> Non
                 "uid": "u1",
                 "annotations": {"llama-operator.dev/router-allowed-namespaces": "team-b, team-c"},
             },
-            "spec": {"autoscaling": {"activationTimeoutSeconds": 60}},
-            "status": {"plan": {"servedModelName": "llama-1b", "maxNumSeqs": 64}},
+            "spec": {
+                "model": {"name": "meta-llama/Llama-3.2-1B-Instruct"},
+                "autoscaling": {"minReplicas": 0, "activationTimeoutSeconds": 60},
+            },
+            "status": {"plan": {"accelerator": "t4", "servedModelName": "llama-1b", "maxNumSeqs": 64}},
         }
     )
     assert info.models == ("llama-1b",) and info.activation_timeout_seconds == 60
     assert info.allowed_namespaces == frozenset({"team-b", "team-c"}) and info.max_num_seqs == 64
-    assert service_info({"metadata": {}, "spec": {}}).models == ()
+    # A spec the operator cannot serve (Degraded) has nothing to route to, and the platform's hold time.
+    unserved = service_info({"metadata": {}, "spec": {}})
+    assert unserved.models == () and unserved.activation_timeout_seconds == 300
 
 
 def test_the_operator_copies_only_the_activation_annotations_that_changed() -> None:

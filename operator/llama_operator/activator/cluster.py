@@ -24,7 +24,9 @@ from llama_operator.activator.routing import (
     ServiceKey,
     parse_allowed,
 )
-from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.api.plan import status_plan
+from llama_operator.api.resource import InvalidSpecError, parse_spec
+from llama_operator.api.spec import GROUP, PLURAL, VERSION, AutoscalingSpec, LlamaServiceSpec
 from llama_operator.api.times import micro_rfc3339
 from llama_operator.desired.labels import (
     ACTIVATION_REQUESTED_ANNOTATION,
@@ -50,18 +52,30 @@ def demand_lease_name(key: ServiceKey) -> str:
     return f"demand.{key[0]}.{key[1]}"
 
 
+DEFAULT_ACTIVATION_TIMEOUT = float(AutoscalingSpec.model_fields["activation_timeout_seconds"].default)
+
+
 def service_info(obj: dict[str, Any]) -> ServiceInfo:
-    autoscaling = (obj.get("spec") or {}).get("autoscaling") or {}
-    timeout = autoscaling.get("activationTimeoutSeconds", 300)
-    plan = (obj.get("status") or {}).get("plan") or {}
-    served = plan.get("servedModelName") or ((obj.get("spec") or {}).get("model") or {}).get("servedName")
-    annotations = obj["metadata"].get("annotations") or {}
+    """What the router needs of a LlamaService, from its typed spec and typed status.plan."""
+    meta = obj.get("metadata") or {}
+    plan = status_plan(obj.get("status"))
+    try:
+        spec: LlamaServiceSpec | None = parse_spec(obj.get("spec"))
+    except InvalidSpecError:  # Degraded: the operator serves nothing for it, so there is nothing to route to
+        spec = None
+    autoscaling = spec.autoscaling if spec is not None else None
+    served = (plan.served_model_name if plan is not None else "") or (
+        spec.model.served_name if spec is not None else None
+    )
+    annotations = meta.get("annotations") or {}
     return ServiceInfo(
-        uid=str(obj["metadata"].get("uid", "")),
-        activation_timeout_seconds=float(timeout) if isinstance(timeout, int | float) else 300.0,
+        uid=str(meta.get("uid", "")),
+        activation_timeout_seconds=float(autoscaling.activation_timeout_seconds)
+        if autoscaling is not None
+        else DEFAULT_ACTIVATION_TIMEOUT,
         models=(str(served),) if served else (),
         allowed_namespaces=parse_allowed(annotations.get(ALLOWED_NAMESPACES_ANNOTATION)),
-        max_num_seqs=int(plan.get("maxNumSeqs") or 0),
+        max_num_seqs=plan.max_num_seqs if plan is not None else 0,
     )
 
 
