@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.autoscaling import AutoscalerState
@@ -25,6 +24,7 @@ from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.accelerators import accelerator
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
 from llama_operator.handlers.indexes import activator_route, owned_deployment
+from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
@@ -153,7 +153,7 @@ def _is_gpu(accelerator_type: str) -> bool:
 
 
 def autoscale_cycle(
-    memo: kopf.Memo, indexes: Indexes, memory: AutoscalerMemory, *, now: float
+    memo: OperatorMemo, indexes: Indexes, memory: AutoscalerMemory, *, now: float
 ) -> CycleReport:
     """One cycle for every autoscaled LlamaService (runs in a worker thread)."""
     report = CycleReport()
@@ -256,7 +256,7 @@ def _one_service(report: CycleReport, metrics: OperatorMetrics, key: ServiceKey)
 
 
 def _write_status(
-    memo: kopf.Memo,
+    memo: OperatorMemo,
     memory: AutoscalerMemory,
     report: CycleReport,
     *,
@@ -273,7 +273,7 @@ def _write_status(
 
 
 def _autoscale_one(
-    memo: kopf.Memo,
+    memo: OperatorMemo,
     memory: AutoscalerMemory,
     report: CycleReport,
     *,

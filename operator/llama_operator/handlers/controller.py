@@ -32,6 +32,7 @@ from llama_operator.desired.labels import (
 )
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.indexes import endpoint_facts, node_facts
+from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice, report_unknown_gpus
 from llama_operator.infra.kube import own_namespace
 from llama_operator.infra.leader import LeaderElection, LeaseProblem
@@ -49,7 +50,7 @@ TRANSIENT_ERRORS = (TransportError, ConnectionError, TimeoutError)
 class Controller:
     """The queue, its workers, the resync and the leader election; created at startup."""
 
-    def __init__(self, memo: kopf.Memo, indexes: Indexes, leader: LeaderElection | None) -> None:
+    def __init__(self, memo: OperatorMemo, indexes: Indexes, leader: LeaderElection | None) -> None:
         self.memo, self.indexes, self.leader = memo, indexes, leader
         settings = memo.settings
         self.queue: WorkQueue[Key] = WorkQueue()
@@ -218,7 +219,7 @@ def lease_namespace(settings: Settings) -> tuple[str, str]:
     return own_namespace(os.environ)
 
 
-def report_lease_problem(memo: kopf.Memo, problem: LeaseProblem | None) -> None:
+def report_lease_problem(memo: OperatorMemo, problem: LeaseProblem | None) -> None:
     """Where on-call looks: readiness (with the reason as its body), a gauge by reason, and a Warning Event
     on this instance's own Pod when it runs in one (POD_NAME and POD_NAMESPACE, set by the chart)."""
     memo.health.leader_election_problem = problem.message if problem else None
@@ -237,7 +238,7 @@ def report_lease_problem(memo: kopf.Memo, problem: LeaseProblem | None) -> None:
         )
 
 
-def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:
+def start_controller(memo: OperatorMemo, indexes: Indexes) -> Controller:
     """The controller with its leader election, as the settings ask; started."""
     settings = memo.settings
     leader = None
@@ -269,7 +270,7 @@ def start_controller(memo: kopf.Memo, indexes: Indexes) -> Controller:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def llamaservice_event(
-    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: OperatorMemo, **_: Any
 ) -> None:
     controller: Controller = memo.controller
     memo.health.synced = True  # kopf holds event handlers back until every index is filled
@@ -309,7 +310,7 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
     "endpointslices",
     labels={SERVICE_LABEL: kopf.PRESENT, SLICE_MANAGED_BY_LABEL: ENDPOINT_SLICE_MANAGER},
 )
-async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **_: Any) -> None:
     memo.health.synced = True
     await memo.controller.queue.add(_owner_key(namespace, labels))
 
@@ -322,7 +323,7 @@ async def activator_endpoints_event(
     namespace: str | None,
     name: str,
     labels: kopf.Labels,
-    memo: kopf.Memo,
+    memo: OperatorMemo,
     **_: Any,
 ) -> None:
     """The activator's ready pods changed: services that may scale to zero re-route (their activator
@@ -371,7 +372,9 @@ def pod_monitor_kind_served(event_type: str | None, crd: Mapping[str, Any]) -> b
 @kopf.on.event(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=POD_MONITOR_CRD
 )
-async def pod_monitor_crd_event(*, event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def pod_monitor_crd_event(
+    *, event: kopf.RawEvent, body: kopf.Body, memo: OperatorMemo, **_: Any
+) -> None:
     """`podMonitor: auto` follows the Prometheus Operator's CRD while running: installed after the operator
     (kube-prometheus-stack after us), every LlamaService gets its PodMonitor without a restart; removed,
     the vLLM pods go back to prometheus.io scrape annotations."""
@@ -389,7 +392,9 @@ async def pod_monitor_crd_event(*, event: kopf.RawEvent, body: kopf.Body, memo: 
 
 
 @kopf.on.event("nodes")
-async def node_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def node_event(
+    *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: OperatorMemo, **_: Any
+) -> None:
     """A node's placement facts changed (added, removed, relabelled, capacity, taints): re-plan all, since
     `auto` and any placement no node could take may now land elsewhere. Heartbeats change nothing."""
     controller: Controller = memo.controller

@@ -19,6 +19,7 @@ from llama_operator.desired.labels import (
     DEMAND_NAMESPACE_ANNOTATION,
     DEMAND_UID_ANNOTATION,
 )
+from llama_operator.handlers.memo import OperatorMemo
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def demand_patch(lease_annotations: dict[str, str], current: dict[str, str]) -> 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={DEMAND_LABEL: "true"})
 def demand_lease_event(
-    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: OperatorMemo, **_: Any
 ) -> None:
     settings = memo.settings
     if (

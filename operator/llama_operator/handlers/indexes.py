@@ -16,6 +16,7 @@ from llama_operator.desired.labels import (
     SLICE_MANAGED_BY_LABEL,
 )
 from llama_operator.desired.objects import ActivatorRoute
+from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.reconcile.drift import spec_managers
 from llama_operator.reconcile.ownership import Ownership, ownership
 
@@ -164,7 +165,7 @@ def endpoint_facts(body: kopf.Body) -> dict[str, Any]:
 
 @kopf.index("discovery.k8s.io", "v1", "endpointslices")
 def endpoint_slice_index(
-    body: kopf.Body, namespace: str | None, name: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+    body: kopf.Body, namespace: str | None, name: str, labels: kopf.Labels, memo: OperatorMemo, **_: Any
 ) -> dict[ObjectKey, dict[str, Any]]:
     """Two kinds of EndpointSlice: those the operator makes to send a scaled-to-zero LlamaService's traffic
     to the activator, and the activator Service's own, in the operator's namespace only (a tenant's Service

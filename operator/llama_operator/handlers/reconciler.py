@@ -14,6 +14,7 @@ import kopf
 from llama_operator.api.resource import parse_spec
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
+from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
@@ -74,7 +75,7 @@ class ReconcileResult:
     events: list[Event] = field(default_factory=list)
 
 
-def node_inventory(memo: kopf.Memo, indexes: Indexes) -> Inventory | None:
+def node_inventory(memo: OperatorMemo, indexes: Indexes) -> Inventory | None:
     """The indexed nodes as the planner sees them (the platform's catalog and pod node selector)."""
     nodes = [node for store in indexes.nodes.values() for node in store]
     if not nodes:
@@ -83,14 +84,14 @@ def node_inventory(memo: kopf.Memo, indexes: Indexes) -> Inventory | None:
     return inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
 
 
-def report_unknown_gpus(memo: kopf.Memo, indexes: Indexes) -> None:
+def report_unknown_gpus(memo: OperatorMemo, indexes: Indexes) -> None:
     """llama_operator_unknown_gpu_nodes from the nodes alone: also where no LlamaService is reconciled."""
     inventory = node_inventory(memo, indexes)
     memo.metrics.unknown_gpus(dict(inventory.unknown_gpus) if inventory is not None else {})
 
 
 def compute_outcome(
-    body: Mapping[str, Any], memo: kopf.Memo, indexes: Indexes, deployment: Mapping[str, Any] | None
+    body: Mapping[str, Any], memo: OperatorMemo, indexes: Indexes, deployment: Mapping[str, Any] | None
 ) -> ReconcileOutcome:
     """What should exist for one LlamaService, from the indexed nodes (no API reads)."""
     inventory = node_inventory(memo, indexes)
@@ -130,7 +131,7 @@ def unknown_gpus_event(before: Mapping[str, Any], status: Mapping[str, Any]) -> 
 
 
 def reconcile_llamaservice(
-    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, written: WrittenStatus, attempt: int
+    key: OwnerKey, *, memo: OperatorMemo, indexes: Indexes, written: WrittenStatus, attempt: int
 ) -> ReconcileResult:
     """Converge one LlamaService. Raises ApiException for failures a retry may fix (the caller backs off)."""
     with written.writer(key):
@@ -138,7 +139,7 @@ def reconcile_llamaservice(
 
 
 def _reconcile(
-    key: OwnerKey, *, memo: kopf.Memo, indexes: Indexes, written: WrittenStatus, attempt: int
+    key: OwnerKey, *, memo: OperatorMemo, indexes: Indexes, written: WrittenStatus, attempt: int
 ) -> ReconcileResult:
     body = one(indexes.llamaservices, key)
     result = ReconcileResult()

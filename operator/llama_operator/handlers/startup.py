@@ -14,6 +14,7 @@ import kopf
 from llama_operator.autoscale.promql import SignalLabels
 from llama_operator.desired.labels import DEMAND_LABEL, SERVICE_LABEL
 from llama_operator.handlers.controller import Controller, start_controller
+from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
@@ -49,7 +50,7 @@ class RoutineAtDebug(logging.Filter):
 
 
 @kopf.on.startup()
-def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+def configure(*, settings: kopf.OperatorSettings, memo: OperatorMemo, logger: kopf.Logger, **_: Any) -> None:
     # Bookkeeping in our own annotations, not in status (a structural schema would prune it).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -107,7 +108,7 @@ def configure(*, settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.
 
 # Registered after `configure` (kopf runs startup handlers in order): the controller needs the settings.
 @kopf.on.startup()
-async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
+async def run_controller(*, memo: OperatorMemo, logger: kopf.Logger, **kwargs: Any) -> None:
     indexes = Indexes(
         llamaservices=kwargs["llamaservice_index"],
         nodes=kwargs["node_index"],
@@ -130,7 +131,7 @@ async def run_controller(*, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any)
 
 
 @kopf.on.cleanup()
-async def stop_controller(*, memo: kopf.Memo, **_: Any) -> None:
+async def stop_controller(*, memo: OperatorMemo, **_: Any) -> None:
     controller: Controller | None = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()
