@@ -95,6 +95,26 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, version: str = "unknown") -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self._define_process_and_controller_series(r, version)
+        self._define_service_series(r)
+        self._define_autoscaler_series(r)
+        self._lock = threading.Lock()
+        self._services: set[tuple[str, str]] = set()
+        self._slo_bounds: dict[tuple[str, str], str] = {}
+        self._tpot_bounds: dict[tuple[str, str], str] = {}
+        self._states: set[tuple[str, str]] = set()
+        self._unknown_products: set[str] = set()
+        self._held_since: dict[tuple[str, str], float] = {}
+        # The last observation per LlamaService, and its no-data gauge: a cycle that changes nothing but
+        # that clock costs no label lookups.
+        self._observed: dict[tuple[str, str], ServiceObservation] = {}
+        self._no_data_gauges: dict[tuple[str, str], Gauge] = {}
+        # Each held service's GPU series and last price: 1,000 services, three label lookups fewer each cycle.
+        self._held_series: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
+        self._held_prices: dict[tuple[str, str], float | None] = {}
+
+    def _define_process_and_controller_series(self, r: CollectorRegistry, version: str) -> None:
+        """The process, the operator's identity and leadership, its reconciles and API writes."""
         # process_* (CPU, memory, open files) and python_info: what every Prometheus exporter is expected to
         # have, and what the operator's memory alerts and capacity figures read.
         ProcessCollector(registry=r)
@@ -132,6 +152,9 @@ class OperatorMetrics:
             ["reason"],
             registry=r,
         )
+
+    def _define_service_series(self, r: CollectorRegistry) -> None:
+        """Per LlamaService: replicas, the SLO and its observation, GPUs held, readiness; unknown GPUs."""
         per_service: list[tuple[str, str]] = [
             ("desired_replicas", "Replicas the autoscaler wants (within min/max)."),
             ("current_replicas", "The Deployment's spec.replicas."),
@@ -206,6 +229,9 @@ class OperatorMetrics:
             ["product"],
             registry=r,
         )
+
+    def _define_autoscaler_series(self, r: CollectorRegistry) -> None:
+        """The autoscaler's decisions, its cycle, its status backlog and Prometheus' errors."""
         self.decisions = Counter(
             n.OP_DECISIONS,
             "Replica changes the autoscaler made, by direction (up, down).",
@@ -229,20 +255,6 @@ class OperatorMetrics:
             "Autoscaler cycles that could not read Prometheus.",
             registry=r,
         )
-        self._lock = threading.Lock()
-        self._services: set[tuple[str, str]] = set()
-        self._slo_bounds: dict[tuple[str, str], str] = {}
-        self._tpot_bounds: dict[tuple[str, str], str] = {}
-        self._states: set[tuple[str, str]] = set()
-        self._unknown_products: set[str] = set()
-        self._held_since: dict[tuple[str, str], float] = {}
-        # The last observation per LlamaService, and its no-data gauge: a cycle that changes nothing but
-        # that clock costs no label lookups.
-        self._observed: dict[tuple[str, str], ServiceObservation] = {}
-        self._no_data_gauges: dict[tuple[str, str], Gauge] = {}
-        # Each held service's GPU series and last price: 1,000 services, three label lookups fewer each cycle.
-        self._held_series: dict[tuple[str, str], tuple[Gauge, Counter]] = {}
-        self._held_prices: dict[tuple[str, str], float | None] = {}
 
     def reconciled(self, result: str, seconds: float) -> None:
         self.reconciles.labels(result=result).inc()
