@@ -18,7 +18,7 @@ from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
-from llama_operator.autoscale.policy import decide
+from llama_operator.autoscale.policy import Decision, decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.accelerators import accelerator
@@ -31,6 +31,7 @@ from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.infra.metrics import Holding, OperatorMetrics, ServiceObservation
 from llama_operator.infra.prometheus import PrometheusUnavailableError
 from llama_operator.reconcile.autoscaling import (
+    AutoscaleOutcome,
     StatusWrite,
     autoscale_outcome,
     autoscaler_state,
@@ -272,6 +273,78 @@ def _write_status(
     memo.metrics.wrote("status")
 
 
+def _service_signals(
+    observed: Signals | None, view: ServiceView, annotations: dict[str, str], *, activator_available: bool
+) -> Signals:
+    """This cycle's signals for one service (no data when Prometheus had none), with the demand the router
+    reported on it and whether a router can hold its requests."""
+    seen = observed or Signals.no_data(
+        ready_replicas=view.ready_replicas,
+        starting_replicas=view.starting_replicas,
+        current_replicas=view.current_replicas,
+    )
+    return replace(
+        seen,
+        demand_time=parse_demand_time(annotations.get(ACTIVATION_REQUESTED_ANNOTATION)),
+        activator_available=activator_available,
+    )
+
+
+def _observation(
+    key: ServiceKey,
+    autoscaling: AutoscalingSpec,
+    *,
+    view: ServiceView,
+    seen: Signals,
+    decision: Decision,
+    outcome: AutoscaleOutcome,
+    now: float,
+) -> ServiceObservation:
+    """What the cycle saw and decided for one service, as its metrics show it."""
+    no_data_since = decision.state.no_data_since
+    return ServiceObservation(
+        namespace=key[0],
+        name=key[1],
+        desired_replicas=decision.desired_replicas,
+        current_replicas=view.current_replicas,
+        ready_replicas=view.ready_replicas,
+        min_replicas=autoscaling.min_replicas,
+        max_replicas=autoscaling.max_replicas,
+        ttft_seconds=seen.ttft_percentile_seconds,
+        slo_ttft_seconds=autoscaling.slo.ttft_seconds,
+        slo_percentile=autoscaling.slo.percentile,
+        slo_tpot_seconds=autoscaling.slo.tpot_seconds,
+        slo_met=decision.slo_met,
+        no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
+        scaled_to_zero=decision.desired_replicas == 0,
+        activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
+    )
+
+
+def _scale(
+    memo: OperatorMemo,
+    report: CycleReport,
+    key: ServiceKey,
+    deployment: dict[str, Any],
+    *,
+    current: int,
+    replicas: int,
+) -> None:
+    """The one write of an owned Deployment's replicas (its scale subresource, uid-checked)."""
+    namespace, name = key
+    set_deployment_replicas(
+        memo.kube,
+        namespace=namespace,
+        name=name,
+        uid=str(object_uid(deployment)),
+        replicas=replicas,
+        field_manager=memo.settings.autoscaler_field_manager,
+    )
+    report.replica_writes += 1
+    memo.metrics.wrote("Deployment")  # a scale-subresource write
+    memo.metrics.scaled(namespace, name, current=current, replicas=replicas)
+
+
 def _autoscale_one(
     memo: OperatorMemo,
     memory: AutoscalerMemory,
@@ -298,17 +371,8 @@ def _autoscale_one(
     if spec.autoscaling is None:
         return None
     uid = str(body["metadata"].get("uid"))
-    seen = signals.get(key) or Signals.no_data(
-        ready_replicas=view.ready_replicas,
-        starting_replicas=view.starting_replicas,
-        current_replicas=view.current_replicas,
-    )
     annotations = body["metadata"].get("annotations") or {}
-    seen = replace(
-        seen,
-        demand_time=parse_demand_time(annotations.get(ACTIVATION_REQUESTED_ANNOTATION)),
-        activator_available=activator_ready,
-    )
+    seen = _service_signals(signals.get(key), view, annotations, activator_available=activator_ready)
     status = memory.written.current(key, body)
     inputs = (uid, body["metadata"].get("resourceVersion"), status, seen, view, error)
     held = memory.blind.pop(key, None)
@@ -333,40 +397,20 @@ def _autoscale_one(
     )
     namespace, name = key
     no_data_since = decision.state.no_data_since
-    observation = ServiceObservation(
-        namespace=namespace,
-        name=name,
-        desired_replicas=decision.desired_replicas,
-        current_replicas=view.current_replicas,
-        ready_replicas=view.ready_replicas,
-        min_replicas=spec.autoscaling.min_replicas,
-        max_replicas=spec.autoscaling.max_replicas,
-        ttft_seconds=seen.ttft_percentile_seconds,
-        slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
-        slo_percentile=spec.autoscaling.slo.percentile,
-        slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
-        slo_met=decision.slo_met,
-        no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
-        scaled_to_zero=decision.desired_replicas == 0,
-        activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
+    observation = _observation(
+        key, spec.autoscaling, view=view, seen=seen, decision=decision, outcome=outcome, now=now
     )
     metrics.observe(observation)
     if outcome.replicas is not None:
-        set_deployment_replicas(
-            memo.kube,
-            namespace=namespace,
-            name=name,
-            uid=str(object_uid(deployment)),
-            replicas=outcome.replicas,
-            field_manager=memo.settings.autoscaler_field_manager,
+        _scale(memo, report, key, deployment, current=view.current_replicas, replicas=outcome.replicas)
+        log.info(
+            "autoscaler: %s/%s: %s -> %s replicas: %s",
+            namespace,
+            name,
+            view.current_replicas,
+            outcome.replicas,
+            decision.reason,
         )
-        report.replica_writes += 1
-        metrics.wrote("Deployment")  # a scale-subresource write
-        metrics.scaled(namespace, name, current=view.current_replicas, replicas=outcome.replicas)
-        message = (
-            f"{namespace}/{name}: {view.current_replicas} -> {outcome.replicas} replicas: {decision.reason}"
-        )
-        log.info("autoscaler: %s", message)
     for moved in condition_transitions(status, outcome.status_patch):
         log.info("autoscaler: %s/%s %s", namespace, name, moved)
     write = status_write(
