@@ -573,87 +573,25 @@ def parse_extra_args(extra_args: Sequence[str], *, allowed_code_loading: Sequenc
     settings: dict[str, str] = {}
     index = 0
     while index < len(extra_args):
-        token = extra_args[index]
         # An item is named by its index and, once known, the contract's name of its flag: never by its text,
         # which could be a secret that status, Events and logs must not show.
         where = f"spec.engine.extraArgs[{index}]"
-        if token == "" or _line_break(token):
-            raise PlanningError(f"{where} is empty or holds a line break; give one flag or value per item")
-        if not _is_flag(token):
-            raise PlanningError(
-                f"{where} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, and a "
-                "value must follow the flag that takes it (in the next item, or after = in the same one)"
-            )
-        if token == "-O":
-            # vLLM rewrites `-O N` only for N in 0..3; a bare -O is no flag of its parser.
-            following = extra_args[index + 1] if index + 1 < len(extra_args) else ""
-            if following not in _SPACED_OPTIMIZATION_LEVELS:
-                raise PlanningError(
-                    f"{where}: -O takes 0, 1, 2 or 3 in the next item; write -O<level> or {OPTIMIZATION_LEVEL}"
-                )
-        if token.startswith("-O") and not token.startswith("--"):
-            # vLLM's parser rewrites -O3, -O=3 and -O 3 to --optimization-level 3.
-            attached = token[3:] if token[2:3] == "=" else token[2:]
-            token = f"{OPTIMIZATION_LEVEL}={attached}" if attached else OPTIMIZATION_LEVEL
-        name, has_value, inline = token.partition("=")
-        if not _FLAG_NAME.match(name):
-            hint = " (put the flag and its value in separate items)" if " " in token else ""
-            raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
-        if name in _NOT_SERVER_FLAGS:
-            raise PlanningError(f"{where} is refused: {_NOT_SERVER_FLAGS[name]}")
+        name, has_value, inline = _flag_item(extra_args, index, where)
         base, dot, sub_key = normalise(name).partition(".")
         flag = contract.lookup(base)
         if flag is None:
             raise _unknown(base, where, contract)
         where = f"{where} {flag.name}"
-        secret_named = flag.takes_value and any(_secret_name(part) for part in name.lstrip("-").split("."))
-        if flag.dest in SECRET_FLAGS or secret_named:
-            fix = SECRET_FLAGS.get(flag.dest, SECRET_FIX)
-            raise PlanningError(f"{where} carries a secret and is refused in extraArgs; {fix}")
-        if flag.dest in OWNED_FLAGS:
-            raise PlanningError(f"{where} is set by the operator; {OWNED_FLAGS[flag.dest]}")
-        if flag.dest in UNUSABLE_FLAGS:
-            raise PlanningError(f"{where} is refused: {UNUSABLE_FLAGS[flag.dest]}")
-        if flag.dest in LAYOUT_FLAGS:
-            raise PlanningError(f"{where} is refused: {LAYOUT_FLAGS[flag.dest]}")
-        if flag.loads_code:
-            _check_code_allowed(flag, where, policy)
-        if dot and flag.type not in _STRUCTURED_TYPES:
-            raise PlanningError(f"{where} takes no sub-keys")
-        # `--flag.key+ a,b` appends to a list (FlexibleArgumentParser); the key is what comes before `+`.
-        key = sub_key.split(".", 1)[0].removesuffix("+")
-        if dot and (not key or (flag.fields is not None and key not in flag.fields)):
-            close = difflib.get_close_matches(key, sorted(flag.fields or ()), n=1)
-            hint = (
-                f"did you mean {flag.name}.{close[0]}?"
-                if close
-                else f"its keys: {', '.join(sorted(flag.fields or ()))}"
-            )
-            raise PlanningError(f"{where} has no such key; {hint}")
+        _refuse_by_kind(flag, name, where, policy)
+        key = _sub_key(flag, dot, sub_key, where)
         fewest, most = (1, 1) if dot else _value_count(flag)
-        values: list[str] = []
         if has_value:
             if most == 0:
                 raise PlanningError(f"{where} takes no value")
-            values.append(inline)
+            values = [inline]
         else:
-            while (most is None or len(values) < most) and index + 1 < len(extra_args):
-                following = extra_args[index + 1]
-                if _is_flag(following) or following == "":
-                    break
-                if _line_break(following):
-                    raise PlanningError(
-                        f"spec.engine.extraArgs[{index + 1}] holds a line break; give one flag or value per item"
-                    )
-                if following.startswith("-") and "." in following and not dot:
-                    # FlexibleArgumentParser reads any item starting with '-' and holding a '.' as a
-                    # dotted flag, whatever precedes it.
-                    raise PlanningError(
-                        f"spec.engine.extraArgs[{index + 1}] (the value of {flag.name}): vLLM would read it as "
-                        f"a flag; give it with = in one item ({flag.name}=<value>)"
-                    )
-                values.append(following)
-                index += 1
+            values = _following_values(extra_args, index, flag, most=most, dotted=bool(dot))
+            index += len(values)
         if len(values) < fewest:
             raise PlanningError(f"{where} needs a value in the next item")
         if not dot:
@@ -672,6 +610,96 @@ def parse_extra_args(extra_args: Sequence[str], *, allowed_code_loading: Sequenc
                 settings.setdefault("attention_config.backend", values[0])
         index += 1
     return _interpreted(tuple(extra_args), settings)
+
+
+def _flag_item(extra_args: Sequence[str], index: int, where: str) -> tuple[str, str, str]:
+    """The item at `index` as a flag: (name, '=' or '', the value after '='), vLLM's -O forms rewritten as
+    its parser rewrites them; refused when it is no flag at all."""
+    token = extra_args[index]
+    if token == "" or _line_break(token):
+        raise PlanningError(f"{where} is empty or holds a line break; give one flag or value per item")
+    if not _is_flag(token):
+        raise PlanningError(
+            f"{where} is not a flag: extraArgs must start with a vLLM flag such as --enforce-eager, and a "
+            "value must follow the flag that takes it (in the next item, or after = in the same one)"
+        )
+    if token == "-O":
+        # vLLM rewrites `-O N` only for N in 0..3; a bare -O is no flag of its parser.
+        following = extra_args[index + 1] if index + 1 < len(extra_args) else ""
+        if following not in _SPACED_OPTIMIZATION_LEVELS:
+            raise PlanningError(
+                f"{where}: -O takes 0, 1, 2 or 3 in the next item; write -O<level> or {OPTIMIZATION_LEVEL}"
+            )
+    if token.startswith("-O") and not token.startswith("--"):
+        # vLLM's parser rewrites -O3, -O=3 and -O 3 to --optimization-level 3.
+        attached = token[3:] if token[2:3] == "=" else token[2:]
+        token = f"{OPTIMIZATION_LEVEL}={attached}" if attached else OPTIMIZATION_LEVEL
+    name, has_value, inline = token.partition("=")
+    if not _FLAG_NAME.match(name):
+        hint = " (put the flag and its value in separate items)" if " " in token else ""
+        raise PlanningError(f"{where} is not a valid vLLM flag{hint}")
+    if name in _NOT_SERVER_FLAGS:
+        raise PlanningError(f"{where} is refused: {_NOT_SERVER_FLAGS[name]}")
+    return name, has_value, inline
+
+
+def _refuse_by_kind(flag: Flag, name: str, where: str, policy: CodePolicy) -> None:
+    """Flags refused whatever their value: secrets, the operator's own, unusable, layout, code not allowed."""
+    secret_named = flag.takes_value and any(_secret_name(part) for part in name.lstrip("-").split("."))
+    if flag.dest in SECRET_FLAGS or secret_named:
+        fix = SECRET_FLAGS.get(flag.dest, SECRET_FIX)
+        raise PlanningError(f"{where} carries a secret and is refused in extraArgs; {fix}")
+    if flag.dest in OWNED_FLAGS:
+        raise PlanningError(f"{where} is set by the operator; {OWNED_FLAGS[flag.dest]}")
+    if flag.dest in UNUSABLE_FLAGS:
+        raise PlanningError(f"{where} is refused: {UNUSABLE_FLAGS[flag.dest]}")
+    if flag.dest in LAYOUT_FLAGS:
+        raise PlanningError(f"{where} is refused: {LAYOUT_FLAGS[flag.dest]}")
+    if flag.loads_code:
+        _check_code_allowed(flag, where, policy)
+
+
+def _sub_key(flag: Flag, dot: str, sub_key: str, where: str) -> str:
+    """A dotted flag's first key (`--flag.key+ a,b` appends to a list: the key is what precedes `+`),
+    checked against the flag's fields; '' for a plain flag."""
+    if dot and flag.type not in _STRUCTURED_TYPES:
+        raise PlanningError(f"{where} takes no sub-keys")
+    key = sub_key.split(".", 1)[0].removesuffix("+")
+    if dot and (not key or (flag.fields is not None and key not in flag.fields)):
+        close = difflib.get_close_matches(key, sorted(flag.fields or ()), n=1)
+        hint = (
+            f"did you mean {flag.name}.{close[0]}?"
+            if close
+            else f"its keys: {', '.join(sorted(flag.fields or ()))}"
+        )
+        raise PlanningError(f"{where} has no such key; {hint}")
+    return key
+
+
+def _following_values(
+    extra_args: Sequence[str], index: int, flag: Flag, *, most: int | None, dotted: bool
+) -> list[str]:
+    """The items after the flag at `index` that are its values (up to `most`), as vLLM's parser takes them."""
+    values: list[str] = []
+    at = index
+    while (most is None or len(values) < most) and at + 1 < len(extra_args):
+        following = extra_args[at + 1]
+        if _is_flag(following) or following == "":
+            break
+        if _line_break(following):
+            raise PlanningError(
+                f"spec.engine.extraArgs[{at + 1}] holds a line break; give one flag or value per item"
+            )
+        if following.startswith("-") and "." in following and not dotted:
+            # FlexibleArgumentParser reads any item starting with '-' and holding a '.' as a dotted flag,
+            # whatever precedes it.
+            raise PlanningError(
+                f"spec.engine.extraArgs[{at + 1}] (the value of {flag.name}): vLLM would read it as "
+                f"a flag; give it with = in one item ({flag.name}=<value>)"
+            )
+        values.append(following)
+        at += 1
+    return values
 
 
 def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArgs:
