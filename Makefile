@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -69,8 +69,15 @@ monitoring: setup
 vllm-flags: setup
 	"$$(bash e2e/vllm/install.sh)" e2e/vllm/flags.py > operator/llama_operator/data/vllm_flags.json
 
+# The unit layer: the pure core, the CLI and the docs' claims, without vLLM or a cluster (the component test
+# starts its own API server from the cached binaries). The tests against the real vLLM parser (marked vllm)
+# run in `make vllm-args` and in `make test`.
 unit: setup
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest tests -m "not vllm"
+
+vllm-args: setup
+	bash e2e/vllm/install.sh >/dev/null
+	$(VENV)/bin/pytest tests -m vllm
 
 vllm-env:
 	bash e2e/vllm/install.sh

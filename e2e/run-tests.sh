@@ -28,5 +28,5 @@ else
 fi
 
 step "pytest: unit, vLLM and end-to-end"
-.venv/bin/pytest tests e2e -p no:cacheprovider -ra
+.venv/bin/pytest tests e2e -p no:cacheprovider -ra --durations=25
 step "done"

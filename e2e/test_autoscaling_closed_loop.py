@@ -29,11 +29,14 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+import yaml
 
 from fleet import FleetProcess, Kube, Prometheus
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.settings import Settings
 from llama_operator.autoscale.policy import DEFAULT_TUNING
+from llama_operator.reconcile.outcome import plan_llamaservice
 from support import Cluster, OperatorProcess, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -48,11 +51,6 @@ SLO_TTFT, QUEUE_TARGET, MAX_REPLICAS = 1.0, 4.0, 3
 # for burst_window_factor stabilization windows.
 BURST = DEFAULT_TUNING.burst_rise <= MAX_REPLICAS - 1 and DEFAULT_TUNING.burst_count == 1
 HOLD = STABILIZATION * (DEFAULT_TUNING.burst_window_factor if BURST else 1.0)
-# A 1g.10gb slice prefills ~8.5k tokens/s in the simulator (~8.5 req/s of 1000-token prompts): 1 req/s
-# needs one replica; 20 req/s overloads one at once, and needs >= 3 under any capacity estimate the
-# policy can learn (it stays within 1.5x the plan's 7213 tokens/s).
-LOW = LoadSpec(rate=1.0, prompt_tokens=1000, output_tokens=32, seed=11)
-HIGH = LoadSpec(rate=20.0, prompt_tokens=1000, output_tokens=32, seed=12)
 # Slack for what the bounds leave out: the operator's queries and patch, the Deployment controller,
 # the poll granularity of this test (0.5 s), a busy 2-core machine.
 SLACK = 3.0
@@ -74,6 +72,22 @@ spec:
     scaleDownStabilizationSeconds: {STABILIZATION:.0f}
     slo: {{ttftSeconds: {SLO_TTFT}, percentile: 95, queueDepthPerReplica: {QUEUE_TARGET:.0f}}}
 """
+
+
+# The simulated replica is the operator's plan for it (one hardware model): its prefill rate sizes the step.
+_, _PLAN = plan_llamaservice(
+    {**yaml.safe_load(MANIFEST), "metadata": {"name": NAME, "namespace": "closed-loop"}}, Settings(), None
+)
+PREFILL_TOKENS_PER_SECOND = float(_PLAN.prefill_tokens_per_second or 0)
+PROMPT_TOKENS = 1000
+# LOW needs one replica. HIGH overloads one at once, needs MAX_REPLICAS under any capacity estimate the policy
+# can learn (at most capacity_band[1] x the plan's, planned at max_utilization), and leaves MAX_REPLICAS 15 %
+# headroom to drain the backlog the first replica built while the others started.
+HIGH_RATE = 0.85 * MAX_REPLICAS * PREFILL_TOKENS_PER_SECOND / PROMPT_TOKENS
+_LEARNABLE = DEFAULT_TUNING.capacity_band[1] * DEFAULT_TUNING.max_utilization * PREFILL_TOKENS_PER_SECOND
+assert HIGH_RATE * PROMPT_TOKENS > (MAX_REPLICAS - 1) * _LEARNABLE, "HIGH would not need MAX_REPLICAS"
+LOW = LoadSpec(rate=1.0, prompt_tokens=PROMPT_TOKENS, output_tokens=32, seed=11)
+HIGH = LoadSpec(rate=round(HIGH_RATE, 1), prompt_tokens=PROMPT_TOKENS, output_tokens=32, seed=12)
 
 
 class Timeline:
