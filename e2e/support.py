@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -125,6 +126,15 @@ class Cluster:
         return next(
             (c for c in (svc.get("status") or {}).get("conditions") or [] if c["type"] == type_), None
         )
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, an HTTP error status included (a probe answering 503 is an answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
 
 
 def free_port() -> int:

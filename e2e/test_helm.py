@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support import Cluster, OperatorProcess, eventually, repo_root
+from support import Cluster, OperatorProcess, eventually, http_get, repo_root
 
 pytestmark = pytest.mark.e2e
 
@@ -350,16 +348,11 @@ def test_the_activator_renders_with_its_rbac_and_reaches_the_operators_config(cl
 
 
 def _operator_probe(proc: OperatorProcess, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{proc.health_port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    return http_get(f"http://127.0.0.1:{proc.health_port}{path}")
 
 
 def _metrics(proc: OperatorProcess) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5) as r:
-        return str(r.read().decode())
+    return http_get(f"http://127.0.0.1:{proc.metrics_port}/metrics")[1]
 
 
 def test_in_cluster_settings_lead_in_the_pods_namespace(

@@ -15,17 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
+from support import Cluster, OperatorProcess, eventually, http_get, llamaservice_manifest
 
 pytestmark = pytest.mark.e2e
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def prom_query(cluster: Cluster, promql: str) -> list[dict[str, Any]]:

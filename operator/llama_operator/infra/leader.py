@@ -259,9 +259,7 @@ class LeaderElection:
     def retry_delay(self, failures: int) -> float:
         """The renew period while rounds succeed; doubling from it, up to a minute, while they fail. A
         leader that cannot renew still steps down by its deadline, which run() checks every round."""
-        if failures == 0:
-            return self.renew_seconds
-        if self.is_leader:
+        if failures == 0 or self.is_leader:
             return self.renew_seconds
         return float(min(BACKOFF_MAX_SECONDS, self.renew_seconds * 2 ** min(failures, 16)))
 
