@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -74,6 +74,10 @@ vllm-flags: setup
 # run in `make vllm-args` and in `make test`.
 unit: setup
 	$(VENV)/bin/pytest tests -m "not vllm"
+
+# The manifest fuzzers at five times the unit layer's examples (10,000 hostile manifests; ~2 min).
+fuzz: setup
+	LLAMA_OPERATOR_FUZZ_SCALE=5 $(VENV)/bin/pytest tests/test_fuzz_manifests.py -q
 
 vllm-args: setup
 	bash e2e/vllm/install.sh >/dev/null

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,17 @@ from llama_operator.reconcile.outcome import plan_llamaservice
 from tests.manifest_strategies import NODE_FOLDER, NODES, REPO, hostile_manifests, manifest_files, node_files
 
 INVENTORIES: tuple[Inventory | None, ...] = (None, inventory_from_nodes(NODES))
+# The unit layer runs a fifth of the deep run's examples (it must stay under a minute); `make fuzz` runs
+# them all (LLAMA_OPERATOR_FUZZ_SCALE=5).
+FUZZ_SCALE = float(os.environ.get("LLAMA_OPERATOR_FUZZ_SCALE", "1"))
+
+
+def examples(deep: int) -> int:
+    return max(10, round(deep / 5 * FUZZ_SCALE))
+
+
 FUZZ = settings(
-    max_examples=2000,
+    max_examples=examples(2000),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
@@ -68,7 +78,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=examples(300))
 @given(data=manifest_files(), command=st.sampled_from(("plan", "render")))
 def test_the_command_answers_every_file_with_0_or_one_line_and_1(data: bytes, command: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -85,7 +95,7 @@ def test_the_command_answers_every_file_with_0_or_one_line_and_1(data: bytes, co
         assert err.startswith(f"error: {manifest}")
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=examples(200))
 @given(data=node_files(), example=st.sampled_from(sorted((REPO / "examples").glob("*.yaml"))))
 def test_the_command_answers_every_node_inventory_with_0_or_one_line_and_1(
     data: bytes, example: Path
@@ -114,7 +124,7 @@ def integer_literals(draw: st.DrawFn) -> str:
     return spelling.format(d="9" * digits, h="f" * digits, o="7" * digits, b="1" * digits)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=examples(150))
 @given(
     count=integer_literals(),
     replicas=integer_literals(),
@@ -136,7 +146,7 @@ def test_integers_of_any_length_answer_0_or_1(count: str, replicas: str, length:
         assert "64-bit" in err
 
 
-@settings(FUZZ, max_examples=20)
+@settings(FUZZ, max_examples=examples(20))
 @given(size=st.sampled_from((cli.MAX_INPUT_BYTES + 1, cli.MAX_INPUT_BYTES * 3)), device=st.booleans())
 def test_oversized_inputs_and_devices_are_refused_with_one_line(size: int, device: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:

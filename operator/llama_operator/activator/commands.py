@@ -10,9 +10,7 @@ import os
 import socket
 from typing import Any
 
-from llama_operator.activator.proxy import serve
 from llama_operator.activator.routing import Limits
-from llama_operator.infra.kube import load_kube_config, own_namespace
 
 MIB = 2**20
 
@@ -22,6 +20,10 @@ def _split(items: list[str] | None) -> list[str]:
 
 
 def cmd_router(args: argparse.Namespace) -> int:
+    # The proxy pulls in the Kubernetes client (about 1 s to import): only `router` pays for it, not every command.
+    from llama_operator.activator.proxy import serve  # noqa: PLC0415
+    from llama_operator.infra.kube import load_kube_config, own_namespace  # noqa: PLC0415
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     load_kube_config()
     namespaces = _split(args.namespace) or None
