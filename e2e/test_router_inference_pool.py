@@ -2,6 +2,8 @@
 (e2e/crds/inference.networking.k8s.io_inferencepools.yaml, vendored from its v1.6.0 release): the API server
 validates what the operator writes with the CRD's own schema and CEL rules.
 
+- the CRD is installed after the operator started (as when an inference gateway is added to a running
+  cluster): the operator follows it and makes pools without a restart;
 - the operator creates one InferencePool per LlamaService, owned by it, selecting exactly its vLLM pods on
   the vLLM port, naming the platform's endpoint picker;
 - a pool of that name that someone else made is never adopted;
@@ -26,20 +28,12 @@ CRD_NAME = "inferencepools.inference.networking.k8s.io"
 
 
 @pytest.fixture(scope="module")
-def inference_pool_crd(cluster: Cluster) -> Iterator[None]:
+def pool_operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator, started while the InferencePool CRD is absent, then the CRD installed under it: what it
+    makes from then on shows it follows the CRD while running (it does not look only at start-up)."""
     existed = cluster.get("crd", CRD_NAME, "default") is not None
-    if not existed:
-        cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    yield
-    if not existed:
-        cluster.kubectl("delete", "crd", CRD_NAME, "--timeout=60s", check=False)
-
-
-@pytest.fixture(scope="module")
-def pool_operator(
-    cluster: Cluster, inference_pool_crd: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
+    if existed:  # left by an interrupted run: start from a cluster without it
+        cluster.kubectl("delete", "crd", CRD_NAME, "--timeout=60s")
     proc = OperatorProcess(
         cluster,
         log_dir=tmp_path_factory.mktemp("operator"),
@@ -49,8 +43,21 @@ def pool_operator(
         },
     )
     proc.start()
+    eventually(
+        "the operator saying it makes no InferencePools",
+        lambda: "InferencePool: False" in proc.log.read_text(errors="replace"),
+        60,
+    )
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    eventually(
+        "the operator following the CRD",
+        lambda: "InferencePool kind served" in proc.log.read_text(errors="replace"),
+        60,
+    )
     yield proc
     proc.stop()
+    cluster.kubectl("delete", "crd", CRD_NAME, "--timeout=60s", check=False)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`podMonitor: auto` follows the PodMonitor CRD's watch events: usable only once served and established."""
+"""`podMonitor: auto` and `inferencePool: auto` follow their CRD's watch events: usable only once served and established."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from llama_operator.handlers.controller import pod_monitor_kind_served
+from llama_operator.handlers.controller import crd_serves_v1
 
 
 def crd(*, served: bool = True, established: str = "True", deleting: bool = False) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def crd(*, served: bool = True, established: str = "True", deleting: bool = Fals
 
 @pytest.mark.parametrize("event_type", [None, "ADDED", "MODIFIED"])
 def test_an_established_crd_serving_v1_is_usable(event_type: str | None) -> None:
-    assert pod_monitor_kind_served(event_type, crd())
+    assert crd_serves_v1(event_type, crd())
 
 
 @pytest.mark.parametrize(
@@ -38,4 +38,4 @@ def test_an_established_crd_serving_v1_is_usable(event_type: str | None) -> None
 def test_a_crd_gone_going_not_established_or_not_serving_v1_is_not(
     event_type: str, body: dict[str, Any]
 ) -> None:
-    assert not pod_monitor_kind_served(event_type, body)
+    assert not crd_serves_v1(event_type, body)

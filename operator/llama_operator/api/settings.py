@@ -382,7 +382,8 @@ class Settings(BaseModel):
         Literal["auto", "never"],
         Field(
             description="An InferencePool (inference.networking.k8s.io/v1, Gateway API Inference Extension) per "
-            "LlamaService: auto creates one whenever that CRD is served (checked at start-up), never does not."
+            "LlamaService: auto creates one whenever that CRD is served (followed while running: a CRD installed "
+            "later gets every LlamaService its pool without a restart), never does not."
         ),
     ] = "auto"
     inference_pool_endpoint_picker: Annotated[

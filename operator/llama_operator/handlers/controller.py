@@ -352,11 +352,12 @@ def scales_to_zero(spec: Any) -> bool:
 
 
 POD_MONITOR_CRD = "podmonitors.monitoring.coreos.com"
+INFERENCE_POOL_CRD = "inferencepools.inference.networking.k8s.io"
 
 
-def pod_monitor_kind_served(event_type: str | None, crd: Mapping[str, Any]) -> bool:
-    """Whether this event leaves monitoring.coreos.com/v1 PodMonitor usable: the CRD is there, not being
-    deleted, serves v1, and the API server has established it (before that, creating one fails)."""
+def crd_serves_v1(event_type: str | None, crd: Mapping[str, Any]) -> bool:
+    """Whether this event leaves the CRD's v1 kind usable: the CRD is there, not being deleted, serves v1,
+    and the API server has established it (before that, creating one fails)."""
     if event_type == "DELETED" or (crd.get("metadata") or {}).get("deletionTimestamp"):
         return False
     serves_v1 = any(
@@ -369,6 +370,16 @@ def pod_monitor_kind_served(event_type: str | None, crd: Mapping[str, Any]) -> b
     return serves_v1 and established
 
 
+async def _optional_kind_changed(controller: Controller, attribute: str, kind: str, served: bool) -> None:
+    # The operator's memo, not the handler's: kopf hands each object's handlers a shallow copy of it.
+    shared = controller.memo
+    if served == getattr(shared, attribute):
+        return
+    setattr(shared, attribute, served)
+    log.info("%s kind %s: re-planning every LlamaService", kind, "served" if served else "gone")
+    await controller.enqueue_all()
+
+
 @kopf.on.event(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=POD_MONITOR_CRD
 )
@@ -379,16 +390,26 @@ async def pod_monitor_crd_event(
     (kube-prometheus-stack after us), every LlamaService gets its PodMonitor without a restart; removed,
     the vLLM pods go back to prometheus.io scrape annotations."""
     controller: Controller = memo.controller
-    # The operator's memo, not this one: kopf hands each object's handlers a shallow copy of it.
-    shared = controller.memo
-    if shared.settings.pod_monitor != "auto":
-        return
-    served = pod_monitor_kind_served(event.get("type"), body)
-    if served == shared.pod_monitor:
-        return
-    shared.pod_monitor = served
-    log.info("PodMonitor kind %s: re-planning every LlamaService", "served" if served else "gone")
-    await controller.enqueue_all()
+    if controller.memo.settings.pod_monitor == "auto":
+        await _optional_kind_changed(
+            controller, "pod_monitor", "PodMonitor", crd_serves_v1(event.get("type"), body)
+        )
+
+
+@kopf.on.event(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=INFERENCE_POOL_CRD
+)
+async def inference_pool_crd_event(
+    *, event: kopf.RawEvent, body: kopf.Body, memo: OperatorMemo, **_: Any
+) -> None:
+    """`inferencePool: auto` follows the Gateway API Inference Extension's CRD while running: installed after
+    the operator (an inference gateway added to a running cluster), every LlamaService gets its InferencePool
+    without a restart; removed, the API server deletes the pools with their CRD."""
+    controller: Controller = memo.controller
+    if controller.memo.settings.inference_pool == "auto":
+        await _optional_kind_changed(
+            controller, "inference_pool", "InferencePool", crd_serves_v1(event.get("type"), body)
+        )
 
 
 @kopf.on.event("nodes")
