@@ -12,6 +12,8 @@ validates what the operator writes with the CRD's own schema and CEL rules.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
+from localcluster.binaries import ensure_endpoint_picker
+from localcluster.config import CachePaths, cache_dir
+from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -138,3 +142,77 @@ def test_a_pool_made_by_someone_else_is_never_adopted(
     assert pool["spec"]["targetPorts"] == [{"number": 9000}] and pool["spec"]["selector"]["matchLabels"] == {
         "app": "theirs"
     }
+
+
+def test_the_reference_endpoint_picker_discovers_the_pools_pods(
+    cluster: Cluster, pool_operator: OperatorProcess, pool_ns: str, tmp_path: Path
+) -> None:
+    """The inference extension's own endpoint picker (lwepp, built from the Go module proxy), pointed at the
+    operator's pool, adds exactly that LlamaService's Ready pods: a second service's pods in the same
+    namespace stay out, and a replica added by a scale joins."""
+    ns = pool_ns
+    picker = ensure_endpoint_picker(CachePaths(cache_dir()))
+    accelerator = {"type": "a100-80gb", "mig": "1g.10gb"}
+    for name in ("picked", "other"):
+        assert cluster.apply(llamaservice_manifest(name, accelerator=accelerator), ns).returncode == 0
+    eventually("the InferencePool", lambda: cluster.get("inferencepool", "picked", ns), 60)
+
+    def ready_pods(name: str, count: int) -> set[str] | None:
+        pods = cluster.pods_of(name, ns)
+        ready = {
+            p["metadata"]["name"]
+            for p in pods
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        }
+        return ready if len(ready) >= count else None
+
+    picked = eventually("a Ready pod of the pool's service", lambda: ready_pods("picked", 1), 90)
+    others = eventually("a Ready pod of the other service", lambda: ready_pods("other", 1), 90)
+    log = tmp_path / "lwepp.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(picker),
+                f"--kubeconfig={cluster.info.kubeconfig}",
+                "--pool-name=picked",
+                f"--pool-namespace={ns}",
+                f"--grpc-port={free_port()}",
+                f"--grpc-health-port={free_port()}",
+                f"--metrics-port={free_port()}",
+                "--secure-serving=false",
+                # Its discovery logs "Pod added" at verbosity 2 (a pod's own event) or 4 (the pool's resync).
+                "--zap-log-level=4",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def added() -> set[str]:
+            """The pods the picker logged as added: by its pod reconciler ({"Pod": {"name": ...}}) or by the
+            resync when it learns the pool ({"name": {"name": ...}})."""
+            names: set[str] = set()
+            for line in log.read_text(errors="replace").splitlines():
+                if "Pod added" in line and "{" in line:
+                    fields = json.loads(line[line.index("{") :])
+                    names.add((fields.get("Pod") or fields.get("name") or {}).get("name", ""))
+            return names
+
+        try:
+            eventually(f"the picker adding {sorted(picked)}", lambda: picked <= added() or None, 60)
+        except BaseException:
+            print(log.read_text(errors="replace")[-6000:])
+            raise
+        # A replica added to the service joins it; the other service's pods never do.
+        two = llamaservice_manifest("picked", accelerator=accelerator, replicas=2)
+        assert cluster.apply(two, ns).returncode == 0
+        both = eventually("a second Ready pod", lambda: ready_pods("picked", 2), 90)
+        eventually(f"the picker adding {sorted(both)}", lambda: both <= added() or None, 60)
+        assert not (added() & others), log.read_text(errors="replace")
+        assert proc.poll() is None, log.read_text(errors="replace")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

