@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_operator.api.spec import AcceleratorType
-from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Catalog, mig_resource_name
+from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Accelerator, Catalog, mig_resource_name
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -127,6 +127,66 @@ def _label_mib(labels: Mapping[str, str], key: str) -> int | None:
 UNKNOWN_PRODUCT = "is not in the accelerator catalog"
 
 
+def _cpu_node_offers(name: str, allocatable: Mapping[str, Any]) -> tuple[list[Offer], str | None]:
+    """A node without the GPU product label: its CPUs, unless it has GPUs nobody labelled."""
+    if _quantity_int(allocatable.get(GPU_RESOURCE, 0)) > 0:
+        return [], f"allocatable {GPU_RESOURCE} but no {PRODUCT_LABEL} label"
+    cpus = _quantity_int(allocatable.get("cpu", 0))
+    if cpus <= 0:
+        return [], "no allocatable cpu"
+    offer = Offer(
+        node=name,
+        accelerator=AcceleratorType.CPU,
+        product="",
+        mig_profile=None,
+        mig_strategy=None,
+        resource="cpu",
+        allocatable=cpus,
+        memory_bytes=None,
+    )
+    return [offer], None
+
+
+def _gpu_offers(
+    name: str,
+    product: str,
+    *,
+    found: Accelerator,
+    single_profile: str | None,
+    allocatable: Mapping[str, Any],
+    labels: Mapping[str, str],
+    mig_ready: bool,
+) -> list[Offer]:
+    """Whole GPUs and MIG slices of a labelled GPU node. Slices only once the MIG manager said success."""
+
+    def offer(mig_profile: str | None, strategy: str | None, resource: str, count: int, memory: str) -> Offer:
+        return Offer(
+            node=name,
+            accelerator=found.type,
+            product=product,
+            mig_profile=mig_profile,
+            mig_strategy=strategy,
+            resource=resource,
+            allocatable=count,
+            memory_bytes=_label_mib(labels, memory),
+        )
+
+    gpus = _quantity_int(allocatable.get(GPU_RESOURCE, 0))
+    if single_profile is not None:
+        # Single strategy: every `nvidia.com/gpu` on this node is a slice named by the product label.
+        ready = gpus > 0 and mig_ready
+        return [offer(single_profile, SINGLE, GPU_RESOURCE, gpus, GPU_MEMORY_LABEL)] if ready else []
+    offers = [offer(None, None, GPU_RESOURCE, gpus, GPU_MEMORY_LABEL)] if gpus > 0 else []
+    known_profiles = {p.name for p in found.mig_profiles}
+    for resource, quantity in sorted(allocatable.items()):
+        profile = resource[len(MIG_RESOURCE_PREFIX) :]
+        count = _quantity_int(quantity) if resource.startswith(MIG_RESOURCE_PREFIX) else 0
+        if count > 0 and profile in known_profiles and mig_ready:
+            memory = f"{MIG_RESOURCE_PREFIX}{profile}.memory"
+            offers.append(offer(profile, MIXED, mig_resource_name(profile), count, memory))
+    return offers
+
+
 def _node_offers(
     node: Mapping[str, Any], catalog: Catalog = BUILTIN_CATALOG
 ) -> tuple[list[Offer], str | None]:
@@ -134,97 +194,38 @@ def _node_offers(
     metadata = node.get("metadata") or {}
     name = str(metadata.get("name", "<unnamed>"))
     labels: Mapping[str, str] = metadata.get("labels") or {}
-    spec = node.get("spec") or {}
     status = node.get("status") or {}
     allocatable: Mapping[str, Any] = status.get("allocatable") or status.get("capacity") or {}
 
-    if spec.get("unschedulable"):
+    if (node.get("spec") or {}).get("unschedulable"):
         return [], "cordoned (spec.unschedulable)"
-
-    product = labels.get(PRODUCT_LABEL)
-    mig_resources = {k: _quantity_int(v) for k, v in allocatable.items() if k.startswith(MIG_RESOURCE_PREFIX)}
     mig_state = labels.get(MIG_CONFIG_STATE_LABEL)
     # A pod placed before the MIG manager reports success can grab a whole GPU: such nodes offer nothing.
     if mig_state is not None and mig_state != MIG_STATE_SUCCESS:
         return [], f"{MIG_CONFIG_STATE_LABEL}={mig_state} (MIG reconfiguration not done)"
-    # Slices are only offered once the MIG manager said success (plans require that label).
-    mig_ready = mig_state == MIG_STATE_SUCCESS
-
+    product = labels.get(PRODUCT_LABEL)
     if product is None:
-        cpus = _quantity_int(allocatable.get("cpu", 0))
-        if _quantity_int(allocatable.get(GPU_RESOURCE, 0)) > 0:
-            return [], f"allocatable {GPU_RESOURCE} but no {PRODUCT_LABEL} label"
-        if cpus <= 0:
-            return [], "no allocatable cpu"
-        cpu_offer = Offer(
-            node=name,
-            accelerator=AcceleratorType.CPU,
-            product="",
-            mig_profile=None,
-            mig_strategy=None,
-            resource="cpu",
-            allocatable=cpus,
-            memory_bytes=None,
-        )
-        return [cpu_offer], None
-
+        return _cpu_node_offers(name, allocatable)
     matched = catalog.for_product(product)
     if matched is None:
         return [], f"{PRODUCT_LABEL}={product} {UNKNOWN_PRODUCT} (add it under config.accelerators)"
     found, single_profile = matched
-    offers: list[Offer] = []
-    gpus = _quantity_int(allocatable.get(GPU_RESOURCE, 0))
-    if single_profile is not None:
-        # Single strategy: every `nvidia.com/gpu` on this node is a slice named by the product label.
-        if gpus > 0 and mig_ready:
-            offers.append(
-                Offer(
-                    node=name,
-                    accelerator=found.type,
-                    product=product,
-                    mig_profile=single_profile,
-                    mig_strategy=SINGLE,
-                    resource=GPU_RESOURCE,
-                    allocatable=gpus,
-                    memory_bytes=_label_mib(labels, GPU_MEMORY_LABEL),
-                )
-            )
-    else:
-        if gpus > 0:
-            offers.append(
-                Offer(
-                    node=name,
-                    accelerator=found.type,
-                    product=product,
-                    mig_profile=None,
-                    mig_strategy=None,
-                    resource=GPU_RESOURCE,
-                    allocatable=gpus,
-                    memory_bytes=_label_mib(labels, GPU_MEMORY_LABEL),
-                )
-            )
-        known_profiles = {p.name for p in found.mig_profiles}
-        for resource, count in sorted(mig_resources.items()):
-            profile = resource[len(MIG_RESOURCE_PREFIX) :]
-            if count <= 0 or profile not in known_profiles or not mig_ready:
-                continue
-            offers.append(
-                Offer(
-                    node=name,
-                    accelerator=found.type,
-                    product=product,
-                    mig_profile=profile,
-                    mig_strategy=MIXED,
-                    resource=mig_resource_name(profile),
-                    allocatable=count,
-                    memory_bytes=_label_mib(labels, f"{MIG_RESOURCE_PREFIX}{profile}.memory"),
-                )
-            )
-    if not offers:
-        if (single_profile is not None or mig_resources) and not mig_ready:
-            return [], f"MIG slices but no {MIG_CONFIG_STATE_LABEL}={MIG_STATE_SUCCESS} label"
-        return [], f"{product} with nothing allocatable"
-    return offers, None
+    mig_ready = mig_state == MIG_STATE_SUCCESS  # plans of slices require that label
+    offers = _gpu_offers(
+        name,
+        product,
+        found=found,
+        single_profile=single_profile,
+        allocatable=allocatable,
+        labels=labels,
+        mig_ready=mig_ready,
+    )
+    if offers:
+        return offers, None
+    has_slices = any(k.startswith(MIG_RESOURCE_PREFIX) for k in allocatable)
+    if (single_profile is not None or has_slices) and not mig_ready:
+        return [], f"MIG slices but no {MIG_CONFIG_STATE_LABEL}={MIG_STATE_SUCCESS} label"
+    return [], f"{product} with nothing allocatable"
 
 
 def inventory_from_nodes(
