@@ -232,30 +232,37 @@ def burn_alert(p: RuleParams, w: BurnWindow, *, tpot: bool = False) -> dict[str,
     }
 
 
-def alerting_rules(p: RuleParams) -> list[dict[str, Any]]:
-    job = f'job="{p.operator_job}"'
-    scaling_limited = {
-        "alert": SCALING_LIMITED,
-        "expr": (
-            f"{_by_service(n.OP_DESIRED)} >= {ON} {_by_service(n.OP_MAX)}\n"
-            f"and {ON}\n{_by_service(n.OP_SLO_MET)} == 0\n"
-        ),
-        "for": p.scaling_limited_for,
+def _ticket(
+    p: RuleParams, name: str, *, expr: str, for_: str, summary: str, description: str
+) -> dict[str, Any]:
+    """An alert at the ticket severity: each of the service and operator alerts below."""
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
         "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            SCALING_LIMITED,
-            _service(" misses its TTFT SLO at maxReplicas"),
-            _service(
-                f" wants more replicas than spec.autoscaling.maxReplicas and has missed its TTFT SLO for "
-                f"{p.scaling_limited_for}: raise maxReplicas, or give it a faster accelerator."
-            ),
-        ),
+        "annotations": _annotations(p, name, summary, description),
     }
+
+
+def _service_alerts(p: RuleParams) -> list[dict[str, Any]]:
+    """One LlamaService's trouble: at its maximum and missing the SLO, blind, down, or unservable."""
     has_ready = f"{_by_service(n.OP_READY)} > 0"
-    no_metrics = {
-        "alert": NO_METRICS,
-        "expr": (
+    scaling_limited = _ticket(
+        p,
+        SCALING_LIMITED,
+        expr=f"{_by_service(n.OP_DESIRED)} >= {ON} {_by_service(n.OP_MAX)}\nand {ON}\n{_by_service(n.OP_SLO_MET)} == 0\n",
+        for_=p.scaling_limited_for,
+        summary=_service(" misses its TTFT SLO at maxReplicas"),
+        description=_service(
+            f" wants more replicas than spec.autoscaling.maxReplicas and has missed its TTFT SLO for "
+            f"{p.scaling_limited_for}: raise maxReplicas, or give it a faster accelerator."
+        ),
+    )
+    no_metrics = _ticket(
+        p,
+        NO_METRICS,
+        expr=(
             f"{has_ready}\nand {ON}\n(\n"
             # The autoscaler saw no signals (it holds the replica count meanwhile) ...
             f"  {_by_service(n.OP_NO_DATA)} > 0\n"
@@ -263,101 +270,81 @@ def alerting_rules(p: RuleParams) -> list[dict[str, Any]]:
             f"  or\n  {_by_service(n.OP_READY)}\n"
             f"    unless {ON} group by ({n.BY_SERVICE}) ({n.VLLM_WAITING})\n)\n"
         ),
-        "for": p.no_metrics_for,
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            NO_METRICS,
-            _service(" has ready replicas but no metrics"),
-            _service(
-                f" has had ready replicas and no vLLM signals for {p.no_metrics_for}: the autoscaler holds "
-                "its replica count and cannot keep the SLO. Check that Prometheus scrapes its pods."
-            ),
+        for_=p.no_metrics_for,
+        summary=_service(" has ready replicas but no metrics"),
+        description=_service(
+            f" has had ready replicas and no vLLM signals for {p.no_metrics_for}: the autoscaler holds "
+            "its replica count and cannot keep the SLO. Check that Prometheus scrapes its pods."
         ),
-    }
-    reconcile_errors = {
-        "alert": RECONCILE_ERRORS,
-        "expr": f'sum by (job) (rate({n.OP_RECONCILES}{{{job}, result="error"}}[10m])) > 0\n',
-        "for": p.reconcile_errors_for,
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            RECONCILE_ERRORS,
-            "llama-operator reconciles keep failing",
-            f"Reconciles of LlamaServices have failed without pause for {p.reconcile_errors_for} "
-            "(the API server refused or failed requests): changes to LlamaServices may not be applied.",
-        ),
-    }
-    not_ready = {
-        "alert": NOT_READY,
+    )
+    not_ready = _ticket(
+        p,
+        NOT_READY,
         # The operator reports a service at zero on purpose as ready: only a real outage counts.
-        "expr": f"{_by_service(n.OP_SERVICE_READY)} == 0\n",
-        "for": p.not_ready_for,
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            NOT_READY,
-            _service(" is not Ready"),
-            _service(
-                f" has had no ready replica for {p.not_ready_for}: its requests fail. `kubectl describe "
-                "llamaservice` shows the Ready condition's reason (pods pending, crash-looping, no GPU free)."
-            ),
+        expr=f"{_by_service(n.OP_SERVICE_READY)} == 0\n",
+        for_=p.not_ready_for,
+        summary=_service(" is not Ready"),
+        description=_service(
+            f" has had no ready replica for {p.not_ready_for}: its requests fail. `kubectl describe "
+            "llamaservice` shows the Ready condition's reason (pods pending, crash-looping, no GPU free)."
         ),
-    }
-    degraded = {
-        "alert": DEGRADED,
-        "expr": f"{_by_service(n.OP_SERVICE_DEGRADED)} == 1\n",
-        "for": p.degraded_for,
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            DEGRADED,
-            _service(" is Degraded"),
-            _service(
-                f" has been Degraded for {p.degraded_for}: its spec cannot be served as written (no fitting "
-                "accelerator, a refused image or flag). The Degraded condition's message says what to change."
-            ),
+    )
+    degraded = _ticket(
+        p,
+        DEGRADED,
+        expr=f"{_by_service(n.OP_SERVICE_DEGRADED)} == 1\n",
+        for_=p.degraded_for,
+        summary=_service(" is Degraded"),
+        description=_service(
+            f" has been Degraded for {p.degraded_for}: its spec cannot be served as written (no fitting "
+            "accelerator, a refused image or flag). The Degraded condition's message says what to change."
         ),
-    }
-    unknown_gpus = {
-        "alert": UNKNOWN_GPUS,
-        "expr": f"max by (product) ({n.OP_UNKNOWN_GPU_NODES}) > 0\n",
-        "for": "1h",
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            UNKNOWN_GPUS,
-            "GPU nodes of product {{ $labels.product }} match no accelerator",
-            "{{ $value }} node(s) label their GPUs {{ $labels.product }}, which no accelerator of the catalog "
-            "matches: accelerator.type auto cannot use them. Add it under the chart's config.accelerators.",
-        ),
-    }
-    election_blocked = {
-        "alert": ELECTION_BLOCKED,
+    )
+    return [scaling_limited, no_metrics, not_ready, degraded]
+
+
+def _operator_alerts(p: RuleParams) -> list[dict[str, Any]]:
+    """The operator's own trouble: failing reconciles, a replica locked out of election, unknown GPUs."""
+    job = f'job="{p.operator_job}"'
+    reconcile_errors = _ticket(
+        p,
+        RECONCILE_ERRORS,
+        expr=f'sum by (job) (rate({n.OP_RECONCILES}{{{job}, result="error"}}[10m])) > 0\n',
+        for_=p.reconcile_errors_for,
+        summary="llama-operator reconciles keep failing",
+        description=f"Reconciles of LlamaServices have failed without pause for {p.reconcile_errors_for} "
+        "(the API server refused or failed requests): changes to LlamaServices may not be applied.",
+    )
+    election_blocked = _ticket(
+        p,
+        ELECTION_BLOCKED,
         # A replica the API server refuses its Lease for good can never take over: the failover it is
         # there for is gone, though the leader may still run.
-        "expr": f"max by (job, instance, reason) ({n.OP_LEADER_ELECTION_BLOCKED}) > 0\n",
-        "for": p.operator_down_for,
-        "labels": {"severity": p.ticket_severity},
-        "annotations": _annotations(
-            p,
-            ELECTION_BLOCKED,
-            "an operator replica cannot take part in leader election ({{ $labels.reason }})",
-            "{{ $labels.instance }} has been refused its leader Lease (reason {{ $labels.reason }}) for "
-            f"{p.operator_down_for}: it is not ready and can never take over. Its pod's Warning Event "
-            "LeaderElectionBlocked and its log name the Lease, the namespace and the missing RBAC.",
-        ),
-    }
+        expr=f"max by (job, instance, reason) ({n.OP_LEADER_ELECTION_BLOCKED}) > 0\n",
+        for_=p.operator_down_for,
+        summary="an operator replica cannot take part in leader election ({{ $labels.reason }})",
+        description="{{ $labels.instance }} has been refused its leader Lease (reason {{ $labels.reason }}) for "
+        f"{p.operator_down_for}: it is not ready and can never take over. Its pod's Warning Event "
+        "LeaderElectionBlocked and its log name the Lease, the namespace and the missing RBAC.",
+    )
+    unknown_gpus = _ticket(
+        p,
+        UNKNOWN_GPUS,
+        expr=f"max by (product) ({n.OP_UNKNOWN_GPU_NODES}) > 0\n",
+        for_="1h",
+        summary="GPU nodes of product {{ $labels.product }} match no accelerator",
+        description="{{ $value }} node(s) label their GPUs {{ $labels.product }}, which no accelerator of the catalog "
+        "matches: accelerator.type auto cannot use them. Add it under the chart's config.accelerators.",
+    )
+    return [reconcile_errors, election_blocked, unknown_gpus]
+
+
+def alerting_rules(p: RuleParams) -> list[dict[str, Any]]:
     return [
         *(burn_alert(p, w) for w in BURN_WINDOWS),
         *(burn_alert(p, w, tpot=True) for w in BURN_WINDOWS),
-        scaling_limited,
-        no_metrics,
-        not_ready,
-        degraded,
-        reconcile_errors,
-        election_blocked,
-        unknown_gpus,
+        *_service_alerts(p),
+        *_operator_alerts(p),
     ]
 
 
