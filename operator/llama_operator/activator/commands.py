@@ -59,19 +59,16 @@ def cmd_router(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_activator_command(sub: Any) -> None:
-    help_text = (
-        "run the router: one OpenAI endpoint for the LlamaServices of the caller's namespace, routed by `model` "
-        "with prefix affinity; holds requests of services at zero, reports the demand and forwards them once a "
-        "replica is ready"
-    )
-    p = sub.add_parser("router", aliases=["activator"], help=help_text, description=help_text)
-    defaults = Limits()
+def _add_listening_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("ACTIVATOR_PORT", "8000")), help="proxy port"
     )
     p.add_argument("--admin-port", type=int, default=9090, help="port of /metrics, /healthz and /readyz")
     p.add_argument("--listen-address", default="0.0.0.0", help="address to listen on")
+
+
+def _add_tenancy_args(p: argparse.ArgumentParser) -> None:
+    """Whose services it serves and whose requests may address another namespace."""
     p.add_argument(
         "--namespace",
         action="append",
@@ -95,12 +92,11 @@ def register_activator_command(sub: Any) -> None:
         metavar="IP[,IP...]",
         help="source addresses trusted as a trusted namespace's pods (a gateway on the host network)",
     )
-    p.add_argument(
-        "--demand-interval",
-        type=float,
-        default=2.0,
-        help="seconds between two demand reports for a service while requests are held",
-    )
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """What one request, one service and the whole router may hold (the defaults are Limits')."""
+    defaults = Limits()
     p.add_argument(
         "--max-body-mib", type=float, default=defaults.max_body_bytes / MIB, help="request body cap"
     )
@@ -140,6 +136,15 @@ def register_activator_command(sub: Any) -> None:
     p.add_argument(
         "--body-timeout", type=float, default=defaults.body_timeout_seconds, help="seconds to receive a body"
     )
+
+
+def _add_timing_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--demand-interval",
+        type=float,
+        default=2.0,
+        help="seconds between two demand reports for a service while requests are held",
+    )
     p.add_argument(
         "--drain-seconds",
         type=float,
@@ -152,6 +157,19 @@ def register_activator_command(sub: Any) -> None:
         default=2.0,
         help="how often vLLM's queue and KV-cache usage are read from the pods it routes to (0: never)",
     )
+
+
+def register_activator_command(sub: Any) -> None:
+    help_text = (
+        "run the router: one OpenAI endpoint for the LlamaServices of the caller's namespace, routed by `model` "
+        "with prefix affinity; holds requests of services at zero, reports the demand and forwards them once a "
+        "replica is ready"
+    )
+    p = sub.add_parser("router", aliases=["activator"], help=help_text, description=help_text)
+    _add_listening_args(p)
+    _add_tenancy_args(p)
+    _add_limit_args(p)
+    _add_timing_args(p)
     # Tests and the local cluster: kwok pods serve no HTTP, so a local vLLM stands in for every pod (the
     # pods' readiness still decides when a held request goes).
     p.add_argument("--upstream-override", default=None, help=argparse.SUPPRESS)
