@@ -316,6 +316,29 @@ def test_replicas_outside_the_bounds_are_brought_back_at_once() -> None:
     assert under.desired_replicas == 3
 
 
+def test_a_hand_scale_goes_back_to_the_autoscalers_own_decision_not_the_bound() -> None:
+    """`kubectl scale` of an idle service (min 2, max 4, the autoscaler at 2) to 50: back to 2 at once, and
+    the 50 is never taken as demand (no "4 were needed in the last 300 s" afterwards)."""
+    spec = AutoscalingSpec(min_replicas=2, max_replicas=4, slo=SLOSpec(ttft_seconds=1.0))
+    quiet = signals(rate=0.1, ready=2)
+    settled = decide(spec, quiet, fresh_state(), now=1000.0)
+    assert settled.desired_replicas == 2 and settled.state.decided_replicas == 2
+    scaled = decide(spec, signals(rate=0.1, ready=2, starting=48), settled.state, now=1015.0)
+    assert scaled.desired_replicas == 2, scaled.reason
+    assert "hand scale" in scaled.reason and "outside [2, 4]" in scaled.reason
+    assert all(r.replicas <= 2 for r in scaled.state.recommendations)
+    after = decide(spec, quiet, scaled.state, now=1030.0)
+    assert after.desired_replicas == 2 and "were needed" not in after.reason
+
+
+def test_a_hand_scale_on_a_state_from_before_decided_replicas_uses_the_window() -> None:
+    """Status written by an older version (no decidedReplicas): the latest recommendation stands in."""
+    spec = AutoscalingSpec(min_replicas=2, max_replicas=4, slo=SLOSpec(ttft_seconds=1.0))
+    state = fresh_state().model_copy(update={"recommendations": [Recommendation(time=990.0, replicas=2)]})
+    scaled = decide(spec, signals(rate=0.1, ready=50), state, now=1000.0)
+    assert scaled.desired_replicas == 2, scaled.reason
+
+
 def test_long_prompts_are_sized_for_their_own_prefill() -> None:
     # 2 req/s of 1000 tokens on average; the same load with its p95 prompt at 8000 tokens (0.8 s of
     # prefill at 10k tok/s) leaves that request 0.1 s to wait (90 % of the SLO less its prefill) instead

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +13,7 @@ from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import Decision, decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.reconcile.autoscaling import autoscale_outcome
 
 SPEC = AutoscalingSpec(
     min_replicas=0,
@@ -185,3 +187,63 @@ def test_a_woken_replica_finds_the_held_backlog_its_to_drain_but_a_first_start_d
     # A service's first replica (no wake): a queue seen once it serves is new load, sized at once.
     first = decide(SPEC, starting, AutoscalerState(), 20.0)
     assert first.state.last_starting_time is None
+
+
+def _pending_wake(woken_at: float, demand_at: float) -> tuple[Signals, AutoscalerState]:
+    """Woken from zero at `woken_at`; its one pod never became ready (Pending: no GPU free)."""
+    pending = replace(
+        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1),
+        activator_available=True,
+        demand_time=demand_at,
+    )
+    return pending, AutoscalerState(scaled_to_zero_time=0.0, activation_requested_time=woken_at)
+
+
+def test_a_wake_nobody_waits_for_any_more_returns_to_zero() -> None:
+    """The held requests had their 503 at activationTimeoutSeconds and no request is held now: back to
+    zero, said as such, rather than a Pending pod that takes a GPU for nobody once one frees up."""
+    timeout = SPEC.activation_timeout_seconds
+    pending, state = _pending_wake(woken_at=100.0, demand_at=100.0)
+    waiting = decide(SPEC, pending, state, 100.0 + timeout - 1)
+    assert waiting.desired_replicas == 1, "the held requests may still be served"
+    given_up = decide(SPEC, pending, state, 100.0 + timeout + 1)
+    assert given_up.desired_replicas == 0
+    assert given_up.wake_timed_out and given_up.scaled_to_zero and not given_up.no_data
+    assert "activationTimeoutSeconds" in given_up.reason
+    assert given_up.state.activation_requested_time is None
+    assert given_up.state.scaled_to_zero_time == 100.0 + timeout + 1
+    # The next request wakes it again (a report after the service went back to zero).
+    at_zero = replace(
+        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0),
+        activator_available=True,
+        demand_time=100.0 + timeout + 5,
+    )
+    assert decide(SPEC, at_zero, given_up.state, 100.0 + timeout + 6).desired_replicas == 1
+
+
+def test_a_wake_with_requests_still_held_keeps_waking() -> None:
+    """Requests keep arriving (each held, reported every few seconds): the wake stands past the timeout."""
+    timeout = SPEC.activation_timeout_seconds
+    now = 100.0 + timeout + 60
+    pending, state = _pending_wake(woken_at=100.0, demand_at=now - 2)
+    decision = decide(SPEC, pending, state, now)
+    assert decision.desired_replicas == 1 and not decision.wake_timed_out
+
+
+def test_a_timed_out_wake_is_a_condition_and_a_warning_event() -> None:
+    pending, state = _pending_wake(woken_at=100.0, demand_at=100.0)
+    decision = decide(SPEC, pending, state, 100.0 + SPEC.activation_timeout_seconds + 1)
+    outcome = autoscale_outcome(
+        None,
+        decision,
+        pending,
+        slo_ttft_seconds=1.0,
+        prometheus_error=None,
+        generation=1,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        scale_to_zero=True,
+    )
+    assert outcome.replicas == 0
+    zero = [c for c in outcome.status_patch["conditions"] if c["type"] == "ScaledToZero"]
+    assert zero and zero[0]["status"] == "True" and zero[0]["reason"] == "WakeTimedOut"
+    assert [(e.reason, e.warning) for e in outcome.events] == [("WakeTimedOut", True)]

@@ -160,6 +160,14 @@ class AutoscalerState(WireModel):
             description="The held request's time that woke the service from zero, until a replica is ready."
         ),
     ] = None
+    decided_replicas: Annotated[
+        int | None,
+        Field(
+            description="The replica count the autoscaler last decided. A count nobody decided (a hand "
+            "scale) is never taken as demand: past the bounds the service goes back to this decision.",
+            ge=0,
+        ),
+    ] = None
 
 
 class AutoscalingStatus(WireModel):

@@ -104,6 +104,7 @@ class Decision:
     slo_met: bool | None = None
     no_data: bool = False
     scaled_to_zero: bool = False  # the decision leaves the service with no replica (idle)
+    wake_timed_out: bool = False  # back to zero: a wake no replica answered in time, nobody waiting now
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +120,61 @@ def decide(
     now: float,
     tuning: PolicyTuning = DEFAULT_TUNING,
 ) -> Decision:
-    """Desired replicas for one LlamaService, from this cycle's signals and the remembered state."""
+    """Desired replicas for one LlamaService, from this cycle's signals and the remembered state.
+
+    A count past the bounds was decided by nobody (a hand scale, `kubectl scale`): the policy decides as
+    if the Deployment still had the count it last decided, so the hand value is never taken as demand,
+    and the result replaces it at once, whatever the windows and intervals say."""
+    current = signals.current_replicas
+    if spec.within_bounds(current):
+        decision = _decide(spec, signals, state, now, tuning)
+    else:
+        own = _own_count(spec, state, current)
+        decision = _decide(spec, _as_if_scaled_to(signals, own), state, now, tuning)
+        decision = replace(
+            decision,
+            reason=f"{current} replicas is outside [{spec.min_replicas}, {spec.max_replicas}] (a hand scale): "
+            f"back to the autoscaler's own decision, {decision.desired_replicas}: {decision.reason}",
+        )
+    return replace(
+        decision, state=decision.state.model_copy(update={"decided_replicas": decision.desired_replicas})
+    )
+
+
+def _own_count(spec: AutoscalingSpec, state: AutoscalerState, current: int) -> int:
+    """The count the autoscaler last decided; before it recorded one (an older version's status), the
+    latest recommendation in force, else the hand count brought within the bounds."""
+    low, high = spec.replica_bounds
+    if state.decided_replicas is not None and spec.within_bounds(state.decided_replicas):
+        return state.decided_replicas
+    if state.recommendations:
+        return min(max(state.recommendations[-1].replicas, low), high)
+    return min(max(current, low), high)
+
+
+def _as_if_scaled_to(signals: Signals, replicas: int) -> Signals:
+    """The signals with the Deployment at `replicas`: the ready ones still count, the rest start."""
+    ready = min(signals.ready_replicas, replicas)
+    return replace(
+        signals, current_replicas=replicas, ready_replicas=ready, starting_replicas=max(0, replicas - ready)
+    )
+
+
+def _decide(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+) -> Decision:
     current = signals.current_replicas
     # While serving, at least one replica: zero is reached only through the idle rule below.
     low, high = spec.replica_bounds
     if spec.scale_to_zero and current == 0:
         return _at_zero(spec, signals, state, now)
 
+    if _wake_timed_out(spec, signals, state, now):
+        return _abandon_wake(spec, signals, state, now)
     if signals.status is SignalStatus.NO_DATA:
         return _hold_without_data(signals, state, now, low, high)
 
@@ -160,8 +209,9 @@ def decide(
 
     recommended = min(max(need.replicas, low), high)
     # No history (autoscaling just enabled, or state lost): the stabilization window starts now, with the
-    # replicas running taken as needed until then, so the first evaluation never scales down at once.
-    running = min(max(current, low), high)
+    # count the autoscaler last decided (else the replicas running) taken as needed until then, so the first
+    # evaluation never scales down at once, and a hand scale is not taken as demand.
+    running = _own_count(spec, state, current)
     seed = [Recommendation(time=now, replicas=running)] if recommended < running else []
     previous = state.recommendations or seed
     history = _remember(previous, now, recommended, spec, tuning)
@@ -172,11 +222,7 @@ def decide(
 
     desired = current
     last_down = state.last_scale_down_time
-    if not low <= current <= high:
-        # A hand scale past the bounds is undone at once, whatever the windows and intervals say.
-        desired = min(max(current, low), high)
-        reason = f"{current} replicas is outside [{low}, {high}]: brought back to {desired}"
-    elif recommended > current and _unconfirmed(
+    if recommended > current and _unconfirmed(
         recommended,
         history,
         now,
@@ -331,6 +377,49 @@ def _to_zero(
         ),
         needed_replicas=0,
         scaled_to_zero=True,
+    )
+
+
+def _wake_timed_out(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float) -> bool:
+    """A wake from zero that no replica answered within activationTimeoutSeconds (the held requests have
+    had their 503), with no request held any more: the waking pod (Pending, say) would only take a GPU
+    once one frees up, for nobody."""
+    woken_at = state.activation_requested_time
+    return (
+        spec.scale_to_zero
+        and woken_at is not None
+        and signals.current_replicas > 0
+        and signals.ready_replicas == 0
+        and now - woken_at >= spec.activation_timeout_seconds
+        and not _recent_demand(signals, now)
+    )
+
+
+def _abandon_wake(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float) -> Decision:
+    """Back to zero after a wake that timed out; the next held request wakes the service again."""
+    woken_at = state.activation_requested_time or now
+    return Decision(
+        desired_replicas=0,
+        reason=(
+            f"scale down {signals.current_replicas} -> 0: woken {now - woken_at:.0f}s ago, no replica ready "
+            f"within activationTimeoutSeconds ({spec.activation_timeout_seconds}s) and no request is held "
+            "any more; the next request wakes it again"
+        ),
+        state=state.model_copy(
+            update={
+                "recommendations": [],
+                "no_data_since": None,
+                "slo_breach_since": None,
+                "idle_since": None,
+                "scaled_to_zero_time": now,
+                "activation_requested_time": None,
+                "last_scale_time": now,
+                "last_scale_down_time": now,
+            }
+        ),
+        needed_replicas=0,
+        scaled_to_zero=True,
+        wake_timed_out=True,
     )
 
 

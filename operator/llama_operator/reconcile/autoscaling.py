@@ -134,7 +134,11 @@ def autoscale_outcome(
         last = ScalingDecision(
             time=rfc3339(now), from_replicas=current, to_replicas=replicas, reason=decision.reason
         ).to_wire()
-        events.append(Event("Scaled", f"{current} -> {replicas} replicas: {decision.reason}", warning=False))
+        moved = f"{current} -> {replicas} replicas: {decision.reason}"
+        if decision.wake_timed_out:
+            events.append(Event("WakeTimedOut", moved, warning=True))
+        else:
+            events.append(Event("Scaled", moved, warning=False))
 
     per_replica = signals.queue_waiting_total / signals.ready_replicas if signals.ready_replicas else None
     autoscaling: dict[str, Any] = {
@@ -240,7 +244,12 @@ def _scaled_to_zero(
             )
         return
     if decision.desired_replicas == 0:
-        conditions.set(ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "Idle", decision.reason)
+        if decision.wake_timed_out:
+            conditions.set(
+                ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "WakeTimedOut", decision.reason
+            )
+        else:
+            conditions.set(ConditionType.SCALED_TO_ZERO, ConditionStatus.TRUE, "Idle", decision.reason)
     elif signals.current_replicas == 0 or (
         signals.ready_replicas == 0 and decision.state.activation_requested_time is not None
     ):
