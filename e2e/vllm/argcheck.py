@@ -20,8 +20,8 @@ What is checked, all without a device, a model or the network:
    against `QUANTIZATION_METHODS` and the deprecated ones needing
    --allow-deprecated-quantization (what `ModelConfig._verify_quantization` does), the
    attention backend name through `AttentionConfig.validate_backend_before`, `CacheConfig`
-   and `LoadConfig` field validation, and `SchedulerConfig` limits when they are given
-   explicitly. Checks that need the model's config.json or the GPU (max_model_len against
+   and `LoadConfig` field validation, `SchedulerConfig` limits when they are given
+   explicitly, and `LoRAConfig` with --enable-lora (max-cpu-loras >= max-loras). Checks that need the model's config.json or the GPU (max_model_len against
    the model, quantization against the device) are out of reach here.
 `warnings` lists deprecated flags the argv uses.
 """
@@ -186,6 +186,19 @@ class Checker:
         CacheConfig(**{k: v for k, v in cache_kwargs.items() if v is not None})
 
         ea.create_load_config()
+
+        if ea.enable_lora:
+            # As EngineArgs.create_engine_config builds it: max_cpu_loras >= max_loras, the rank's choices.
+            from vllm.config import LoRAConfig
+
+            LoRAConfig(
+                max_lora_rank=ea.max_lora_rank,
+                max_loras=ea.max_loras,
+                fully_sharded_loras=ea.fully_sharded_loras,
+                lora_dtype=ea.lora_dtype,
+                target_modules=ea.lora_target_modules,
+                max_cpu_loras=ea.max_cpu_loras if ea.max_cpu_loras and ea.max_cpu_loras > 0 else None,
+            )
 
         # Only limits the user set: the engine derives the others from the device and the
         # model, so defaults here could reject arguments the real server accepts.

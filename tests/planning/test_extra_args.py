@@ -280,8 +280,12 @@ def test_the_owned_set_holds_the_server_identity(name: str) -> None:
         (["--override-generation-config", "None"], "a JSON value"),
         (["--kv-transfer-config", '{"kv_conector": "x"}'], "has a key that is not one of its keys"),
         (["--kv-transfer-config.kv_conector", "x"], "did you mean --kv-transfer-config.kv_connector"),
-        (["--lora-modules", "sql"], "name=path"),
-        (["--lora-modules", '{"name": "sql"}'], "needs the keys path"),
+        # LoRA is spec.adapters' (sized, loaded and routed by the operator), never extraArgs'.
+        (["--lora-modules", "sql=/adapters/sql"], "set by the operator; list the adapters in spec.adapters"),
+        (["--enable-lora"], "set by the operator; list the adapters in spec.adapters"),
+        (["--max-loras", "4"], "set by the operator; the planner sizes it from spec.adapters"),
+        (["--max-lora-rank", "64"], "set by the operator; set spec.adapters"),
+        (["--max-cpu-loras", "8"], "set by the operator; the planner sizes it from spec.adapters"),
         (["--grpc-port", "50051"], "VLLM_USE_RUST_FRONTEND"),
         (["-O", "fast"], "-O takes 0, 1, 2 or 3"),
         (["--cpu-offload-gb", "-0.5"], "give it with = in one item"),  # vLLM reads -0.5 as a dotted flag
@@ -345,7 +349,6 @@ def test_a_backend_in_attention_config_replaces_the_planners_on_a_t4() -> None:
         ["--compilation-config.cudagraph_capture_sizes+", "1,2,4"],  # append to a list
         ["--cpu-offload-gb=-0"],
         ["--limit-mm-per-prompt", '{"image": 2}'],
-        ["--lora-modules", "sql=/adapters/sql", '{"name": "chat", "path": "/adapters/chat"}'],
         ["--safetensors-load-strategy", "None"],
         ["--max-num-batched-tokens", "2.5k"],
         ["--attention-backend", "auto"],

@@ -121,6 +121,11 @@ def _variants() -> list[dict[str, Any]]:
             "engine": {"quantization": "awq"},
         }
     )
+    # LoRA adapters (spec.adapters): --enable-lora, --max-loras, --max-lora-rank (every rank the spec may
+    # give rounds up to one vLLM takes), --max-cpu-loras, on a GPU and on the CPU.
+    for accel, ranks in (({"type": "a10g"}, [8, None]), ({"type": "cpu"}, [300]), ({"type": "l4"}, [1, 33])):
+        adapters = [{"name": f"a{i}", "source": f"org/adapter-{i}", "rank": r} for i, r in enumerate(ranks)]
+        specs.append({"model": model, "accelerator": accel, "adapters": adapters})
     return specs
 
 
@@ -168,6 +173,13 @@ def test_the_checker_rejects_what_vllm_rejects() -> None:
     )
     assert [r["ok"] for r in results] == [False, False, False, True, False, True]
     assert "--por is not a whole option name" in results[4]["error"]
+
+
+def test_the_checker_builds_vllms_lora_config() -> None:
+    lora = ["--model", "x", "--enable-lora", "--max-loras", "4", "--max-lora-rank", "8"]
+    results = check([[*lora, "--max-cpu-loras", "2"], [*lora, "--max-cpu-loras", "4"]])
+    assert [r["ok"] for r in results] == [False, True]
+    assert "max_cpu_loras (2) must be >= max_loras (4)" in results[0]["error"]
 
 
 def test_default_image_pins_the_checked_version() -> None:

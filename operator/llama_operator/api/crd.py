@@ -64,7 +64,15 @@ ROOT_RULES: list[dict[str, str]] = [
         "rule": f"self.metadata.name.matches('{NAME_PATTERN}') && size(self.metadata.name) <= {MAX_NAME_LENGTH}",
         "message": NAME_RULE_MESSAGE,
         "reason": "FieldValueInvalid",
-    }
+    },
+    {
+        # The served name is model.servedName, else metadata.name: only the root sees both.
+        "rule": "!has(self.spec.adapters) || self.spec.adapters.all(a, a.name != "
+        "(has(self.spec.model.servedName) ? self.spec.model.servedName : self.metadata.name))",
+        "message": "an adapter's name must differ from the base model's served name (model.servedName, else "
+        "metadata.name): clients choose the adapter or the base model by that name",
+        "reason": "FieldValueInvalid",
+    },
 ]
 
 # CEL rules, by the JSON path of the object they guard. The same rules hold in pydantic validators, so

@@ -104,6 +104,18 @@ class Plan(WireModel):
         float,
         Field(description="Estimated step time per prompt token computed (2 x parameters / FLOPS reached)."),
     ] = 0.0
+    max_loras: Annotated[
+        int, Field(description="LoRA adapters one engine step can serve at once (GPU slots); 0: LoRA off.")
+    ] = 0
+    max_lora_rank: Annotated[int, Field(description="Largest LoRA rank the slots hold; 0: LoRA off.")] = 0
+    max_cpu_loras: Annotated[int, Field(description="LoRA adapters kept in host memory; 0: LoRA off.")] = 0
+    adapter_bytes: Annotated[
+        int,
+        Field(
+            description="Accelerator memory per GPU (host memory on a CPU replica) the LoRA slots take, out of "
+            "what the KV cache would otherwise have."
+        ),
+    ] = 0
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )

@@ -507,6 +507,57 @@ class AutoscalingSpec(WireModel):
         return self
 
 
+# An adapter's name is the `model` clients send, a label value in the router's metrics and a key of status:
+# lower-case, DNS-like, never starting with '-' (it becomes part of a vLLM argument).
+ADAPTER_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
+MAX_ADAPTER_NAME_LENGTH = 63
+# An adapter's source: a directory on the model cache volume (mounted at /models), or a Hugging Face hub id
+# (owner/name) that vLLM downloads into the cache (HF_HOME is there). No '..', no spaces, no ',' or '='.
+ADAPTER_SOURCE_PATTERN = (
+    r"^(/models(/[A-Za-z0-9_][A-Za-z0-9._-]*)+/?|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)$"
+)
+# The largest --max-lora-rank the pinned vLLM takes (its MaxLoRARanks: 1, 8, 16, 32, 64, 128, 256, 320, 512);
+# the planner rounds an adapter's rank up to the next of those (tests/planning/test_adapters.py checks the list).
+MAX_ADAPTER_RANK = 512
+MAX_ADAPTERS = 64
+
+
+class LoRAAdapter(WireModel):
+    """A LoRA adapter served beside the base model: clients send its name as `model`."""
+
+    name: Annotated[
+        str,
+        Field(
+            description="Name clients send as `model` to use the adapter: lower-case letters, digits, '-', '.' "
+            "and '_'; unique among the adapters and different from the base model's served name.",
+            min_length=1,
+            max_length=MAX_ADAPTER_NAME_LENGTH,
+            pattern=ADAPTER_NAME_PATTERN,
+        ),
+    ]
+    source: Annotated[
+        str,
+        Field(
+            description="Where the adapter (PEFT format: adapter_config.json and adapter_model.safetensors) is: a "
+            "directory on the model cache volume (starting with /models/, needs model.cache."
+            "persistentVolumeClaim), or a Hugging Face hub id (owner/name) that vLLM downloads into the cache.",
+            min_length=1,
+            max_length=512,
+            pattern=ADAPTER_SOURCE_PATTERN,
+        ),
+    ]
+    rank: Annotated[
+        int | None,
+        Field(
+            description="The adapter's LoRA rank (r in adapter_config.json). Sizes vLLM's --max-lora-rank (the "
+            "next value vLLM takes: 1, 8, 16, 32, 64, 128, 256, 320 or 512) and the adapters' GPU memory. Unset: "
+            "16, vLLM's default; an adapter of a higher rank then fails to load (status says so).",
+            ge=1,
+            le=MAX_ADAPTER_RANK,
+        ),
+    ] = None
+
+
 class LlamaServiceSpec(WireModel):
     """A Llama model served by vLLM on a fitting accelerator, scaled to a latency SLO."""
 
@@ -526,6 +577,35 @@ class LlamaServiceSpec(WireModel):
     autoscaling: Annotated[
         AutoscalingSpec | None, Field(description="SLO autoscaling; absent means a fixed replica count.")
     ] = None
+    adapters: Annotated[
+        list[LoRAAdapter],
+        Field(
+            description="LoRA adapters served beside the base model. The operator turns LoRA on in vLLM, sizes it "
+            "for the list (and takes the adapters' GPU memory from the KV cache), loads added adapters into "
+            "running replicas and unloads removed ones without a restart, and the router sends a request "
+            "naming an adapter to a replica that holds it.",
+            max_length=MAX_ADAPTERS,
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        ),
+    ] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _adapter_names(self) -> LlamaServiceSpec:
+        # As the CRD's list-map key (names unique) and root CEL rule (not the served name). Without
+        # servedName, the served name is metadata.name: the planner checks that one.
+        seen: set[str] = set()
+        for index, adapter in enumerate(self.adapters):
+            if adapter.name in seen:
+                raise ValueError(
+                    f"adapters[{index}].name {adapter.name!r} is used twice: names must be unique"
+                )
+            seen.add(adapter.name)
+            if adapter.name == self.model.served_name:
+                raise ValueError(
+                    f"adapters[{index}].name {adapter.name!r} is the base model's served name: clients could not "
+                    "choose between them; rename the adapter"
+                )
+        return self
 
     @property
     def autoscaling_enabled(self) -> bool:

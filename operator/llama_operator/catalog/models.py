@@ -26,6 +26,11 @@ class ModelShape:
     # Parameters of the embedding and (untied) output matrices: quantization leaves them in 16 bits.
     # None when unknown (a user-given architecture); the planner then assumes a share.
     embedding_parameters: int | None = None
+    # Width of the residual stream, of the MLP, and the vocabulary: they size LoRA adapters' buffers
+    # (planning/adapters.py). None when unknown (a user-given architecture); estimated from the parameters.
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
 
     @classmethod
     def from_spec(cls, architecture: ModelArchitecture) -> ModelShape:
@@ -62,6 +67,7 @@ def _known(
     max_context: int,
     vocab: int,
     hidden: int,
+    intermediate: int,
     tied: bool,
 ) -> KnownModel:
     return KnownModel(
@@ -73,6 +79,9 @@ def _known(
             parameters=parameters,
             max_context=max_context,
             embedding_parameters=_embeddings(vocab, hidden, tied=tied),
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            vocab_size=vocab,
         ),
     )
 
@@ -87,6 +96,7 @@ def _llama3_8b(hub_id: str, max_context: int) -> KnownModel:
         max_context=max_context,
         vocab=128_256,
         hidden=4096,
+        intermediate=14_336,
         tied=False,
     )
 
@@ -101,6 +111,7 @@ def _llama3_70b(hub_id: str, max_context: int) -> KnownModel:
         max_context=max_context,
         vocab=128_256,
         hidden=8192,
+        intermediate=28_672,
         tied=False,
     )
 
@@ -115,6 +126,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=131_072,
         vocab=128_256,
         hidden=2048,
+        intermediate=8_192,
         tied=True,
     ),
     _known(
@@ -126,6 +138,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=131_072,
         vocab=128_256,
         hidden=3072,
+        intermediate=8_192,
         tied=True,
     ),
     _llama3_8b("meta-llama/Llama-3.1-8B", 131_072),
@@ -144,6 +157,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=131_072,
         vocab=128_256,
         hidden=16_384,
+        intermediate=53_248,
         tied=False,
     ),
     _known(
@@ -155,6 +169,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=4096,
         vocab=32_000,
         hidden=4096,
+        intermediate=11_008,
         tied=False,
     ),
     _known(
@@ -166,6 +181,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=4096,
         vocab=32_000,
         hidden=5120,
+        intermediate=13_824,
         tied=False,
     ),
     _known(
@@ -177,6 +193,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=4096,
         vocab=32_000,
         hidden=8192,
+        intermediate=28_672,
         tied=False,
     ),
     _known(
@@ -188,6 +205,7 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
         max_context=2048,
         vocab=32_000,
         hidden=2048,
+        intermediate=5_632,
         tied=False,
     ),
 )

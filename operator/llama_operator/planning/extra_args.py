@@ -56,6 +56,13 @@ OWNED_FLAGS: dict[str, str] = {
     "shutdown_timeout": "the operator derives it from the pod's termination grace period",
     "help": "it prints and exits: the server would never start; see `vllm serve --help` locally",
     "quantization_config": "set spec.engine.quantization (the planner checks the method against the accelerator)",
+    # LoRA: the planner sizes the slots from spec.adapters and takes their memory from the KV cache; the
+    # operator loads and unloads adapters through vLLM's runtime API and the router routes by adapter.
+    "enable_lora": "list the adapters in spec.adapters (the operator turns LoRA on and sizes it)",
+    "lora_modules": "list the adapters in spec.adapters (the operator loads them into every replica)",
+    "max_loras": "the planner sizes it from spec.adapters (and takes the slots' memory from the KV cache)",
+    "max_lora_rank": "set spec.adapters[].rank (the planner takes the next rank vLLM accepts)",
+    "max_cpu_loras": "the planner sizes it from spec.adapters",
     "trust_remote_code": "set spec.model.trustRemoteCode (this cluster's config.allowTrustRemoteCode decides "
     "whether it may)",
 }

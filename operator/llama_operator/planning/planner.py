@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
-from llama_operator.api.spec import AcceleratorType, DType, LlamaServiceSpec, Quantization, SLOSpec
+from llama_operator.api.spec import (
+    AcceleratorType,
+    DType,
+    LlamaServiceSpec,
+    LoRAAdapter,
+    Quantization,
+    SLOSpec,
+)
 from llama_operator.catalog.accelerators import (
     BUILTIN_CATALOG,
     FP8_MIN_CAPABILITY,
@@ -25,6 +32,7 @@ from llama_operator.catalog.accelerators import (
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.catalog.performance import StepModel, step_model
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
+from llama_operator.planning.adapters import RUNTIME_LORA_ENV, LoraCapacity, check_adapters, lora_capacity
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.extra_args import (
     ExtraArgs,
@@ -226,6 +234,7 @@ class _Request:
     gpu_memory_utilization: float | None
     extra: ExtraArgs
     slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
+    adapters: tuple[LoRAAdapter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,6 +256,7 @@ class _Sized:
     steps: StepModel
     max_num_batched_tokens: int  # 0: vLLM's default (not passed)
     enforce_eager: bool  # planner's choice to pass --enforce-eager
+    lora: LoraCapacity | None = None
 
 
 class _DoesNotFitError(PlanningError):
@@ -363,10 +373,11 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
     shape = request.shape
     weights = weight_bytes(shape, dtype_bytes=_dtype_bytes(dtype), quantization=request.quantization)
     required = _required_len(request, config)
+    lora = lora_capacity(request.adapters, shape, dtype_bytes=_dtype_bytes(dtype))
     memory = (
-        _gpu_memory(request, candidate, config, dtype=dtype, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes)
+        _gpu_memory(request, candidate, config, dtype=dtype, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
         if accel.is_gpu
-        else _cpu_memory(request, config, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes)
+        else _cpu_memory(request, config, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
     )  # fmt: skip
     kv_tokens = memory.kv_cache_tokens
     override = request.extra.num_gpu_blocks_override
@@ -409,6 +420,7 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
         steps=steps,
         max_num_batched_tokens=chunk,
         enforce_eager=memory.enforce_eager and request.extra.enforce_eager is None,
+        lora=lora,
     )
 
 
@@ -422,6 +434,7 @@ def _gpu_memory(
     kv_dtype_bytes: int,
     required: int,
     notes: list[str],
+    lora: LoraCapacity | None = None,
 ) -> _Memory:
     """The KV cache a GPU replica has left after weights and overheads (CUDA graphs off when their pool
     would starve it); _DoesNotFitError when it cannot hold `required` tokens."""
@@ -437,6 +450,7 @@ def _gpu_memory(
             weight_bytes=weights,
             kv_dtype_bytes=kv_dtype_bytes,
             cuda_graphs=cuda_graphs,
+            lora_bytes_per_device=lora.gpu_bytes_per_device(candidate.count) if lora is not None else 0,
         )
 
     gpu = sized(cuda_graphs=True)
@@ -468,7 +482,9 @@ def _gpu_memory(
             f"{request.model_name} does not fit on {candidate.name}: it needs {_gib(needed)}{per_gpu} "
             f"(weights {_gib(gpu.weight_bytes_per_device)} in {dtype}"
             f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
-            f"runtime overhead {_gib(gpu.overhead_bytes_per_device)}, KV cache for {required} tokens "
+            f"runtime overhead {_gib(gpu.overhead_bytes_per_device)}, "
+            + (f"LoRA slots {_gib(gpu.lora_bytes_per_device)}, " if gpu.lora_bytes_per_device else "")
+            + f"KV cache for {required} tokens "
             f"{_gib(required * per_token_per_device)}); {candidate.name} has "
             f"{_gib(candidate.device_memory_bytes)}{per_gpu}, {_gib(gpu.usable_bytes_per_device)} "
             "usable at "
@@ -493,6 +509,7 @@ def _cpu_memory(
     kv_dtype_bytes: int,
     required: int,
     notes: list[str],
+    lora: LoraCapacity | None = None,
 ) -> _Memory:
     """The configured KV space of a CPU replica; _DoesNotFitError when it cannot hold `required` tokens."""
     shape = request.shape
@@ -515,7 +532,10 @@ def _cpu_memory(
             f"{kv_tokens} or "
             "raise the operator's CPU KV-cache space"
         )
-    memory_request = weights + kv_space + CPU_REPLICA_RUNTIME_BYTES
+    # The LoRA slots live in host memory beside the weights (the KV space is fixed by the operator's config).
+    memory_request = (
+        weights + kv_space + CPU_REPLICA_RUNTIME_BYTES + (lora.gpu_bytes if lora is not None else 0)
+    )
     notes.append(
         f"cpu: KV cache space {config.cpu_kv_cache_gib} GiB (VLLM_CPU_KVCACHE_SPACE), weights in host memory"
     )
@@ -917,6 +937,8 @@ def _vllm_args(
             )
         else:
             notes.append(f"attention backend {request.extra.attention_backend} from extraArgs")
+    if sized.lora is not None:
+        args += sized.lora.args()
     args += list(request.extra.args)
     return args, notes
 
@@ -945,6 +967,7 @@ def _request(spec: LlamaServiceSpec, config: PlanningConfig) -> _Request:
         gpu_memory_utilization=engine.gpu_memory_utilization,
         extra=parse_extra_args(engine.extra_args, allowed_code_loading=config.allowed_code_loading_flags),
         slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
+        adapters=tuple(spec.adapters),
     )
 
 
@@ -1070,6 +1093,12 @@ def plan_service(
     candidate = sized.candidate
     accel = candidate.accelerator
     served_name = spec.model.served_name or name
+    cache = spec.model.cache
+    check_adapters(
+        spec.adapters,
+        served_name=served_name,
+        has_cache_claim=cache is not None and cache.persistent_volume_claim is not None,
+    )
     args, arg_notes = _vllm_args(spec, served_name, sized, config, request)
     notes += arg_notes
 
@@ -1082,6 +1111,18 @@ def plan_service(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
         cpu_request = config.cpu_replica_cpus
         image = config.cpu_image
+    lora = sized.lora
+    adapter_bytes = 0
+    if lora is not None:
+        # The operator loads and unloads adapters on running replicas (reconcile/adapters.py).
+        env[RUNTIME_LORA_ENV] = "True"
+        adapter_bytes = lora.gpu_bytes_per_device(candidate.count) if accel.is_gpu else lora.gpu_bytes
+        notes.append(
+            f"LoRA: {len(spec.adapters)} adapter(s); {lora.max_loras} slots of rank {lora.max_lora_rank} take "
+            f"{_gib(adapter_bytes)}{' per GPU' if candidate.count > 1 else ''} from the "
+            f"{'KV cache' if accel.is_gpu else 'host memory'}; up to {lora.max_cpu_loras} adapters cached in "
+            "host memory (adding adapters within these leaves the replicas running)"
+        )
 
     memory_bytes = (
         candidate.device_memory_bytes * candidate.count if accel.is_gpu else sized.memory_request_bytes
@@ -1123,5 +1164,9 @@ def plan_service(
         decode_step_seconds=round(sized.steps.weight_read_seconds, 6),
         decode_seconds_per_context_token=float(f"{sized.steps.seconds_per_context_token:.4g}"),
         prefill_seconds_per_token=float(f"{sized.steps.seconds_per_prefill_token:.4g}"),
+        max_loras=lora.max_loras if lora is not None else 0,
+        max_lora_rank=lora.max_lora_rank if lora is not None else 0,
+        max_cpu_loras=lora.max_cpu_loras if lora is not None else 0,
+        adapter_bytes=adapter_bytes,
         notes=notes,
     )

@@ -98,10 +98,11 @@ class GpuMemorySizing:
     kv_bytes_per_token: int  # whole model
     kv_bytes_per_token_per_device: int
     kv_cache_tokens: int  # tokens the replica's KV cache holds, whole blocks
+    lora_bytes_per_device: int = 0  # LoRA adapters' GPU slots (planning/adapters.py)
 
     @property
     def needed_bytes_per_device_without_kv(self) -> int:
-        return self.weight_bytes_per_device + self.overhead_bytes_per_device
+        return self.weight_bytes_per_device + self.overhead_bytes_per_device + self.lora_bytes_per_device
 
     @property
     def used_bytes_per_device(self) -> int:
@@ -109,6 +110,7 @@ class GpuMemorySizing:
         return (
             self.weight_bytes_per_device
             + self.overhead_bytes_per_device
+            + self.lora_bytes_per_device
             + self.kv_cache_tokens * self.kv_bytes_per_token_per_device
         )
 
@@ -122,6 +124,7 @@ def size_gpu_memory(
     weight_bytes: int,
     kv_dtype_bytes: int,
     cuda_graphs: bool = True,
+    lora_bytes_per_device: int = 0,
 ) -> GpuMemorySizing:
     """Divide each GPU's memory between weights, runtime overhead and KV cache."""
     weights_per_device = math.ceil(weight_bytes / tensor_parallel)
@@ -129,7 +132,7 @@ def size_gpu_memory(
         weights_per_device, tensor_parallel=tensor_parallel, cuda_graphs=cuda_graphs
     )
     usable = math.floor(device_memory_bytes * gpu_memory_utilization)
-    budget = usable - weights_per_device - overhead
+    budget = usable - weights_per_device - overhead - lora_bytes_per_device
     per_token_per_device = (
         2
         * shape.layers
@@ -150,6 +153,7 @@ def size_gpu_memory(
         kv_bytes_per_token=kv_bytes_per_token(shape, kv_dtype_bytes=kv_dtype_bytes),
         kv_bytes_per_token_per_device=per_token_per_device,
         kv_cache_tokens=blocks * KV_BLOCK_TOKENS,
+        lora_bytes_per_device=lora_bytes_per_device,
     )
 
 
