@@ -158,25 +158,7 @@ def autoscale_cycle(
 ) -> CycleReport:
     """One cycle for every autoscaled LlamaService (runs in a worker thread)."""
     report = CycleReport()
-    services: list[tuple[ServiceKey, dict[str, Any], dict[str, Any], ServiceView]] = []
-    held: list[Holding] = []
-    for key, store in list(indexes.llamaservices.items()):
-        for body in list(store):
-            deployment = owned_deployment(indexes.deployments, key, body["metadata"].get("uid"))
-            gpus = holding(key, body, deployment)
-            if gpus is not None:
-                held.append(gpus)
-            if body["metadata"].get("deletionTimestamp") or not (body.get("spec") or {}).get("autoscaling"):
-                continue  # going, or no autoscaling to parse (parsed specs are kept for autoscaled ones only)
-            try:
-                autoscaling = memory.spec(key, body).active_autoscaling
-            except InvalidSpecError:
-                continue  # the reconciler reports a bad spec
-            if autoscaling is None:
-                continue
-            view = service_view(autoscaling, deployment)
-            if deployment is not None and view is not None:
-                services.append((key, body, deployment, view))
+    services, held = _autoscaled_services(indexes, memory)
     live_keys = {key for key, *_ in services}
     memory.forget_except(live_keys)
     metrics: OperatorMetrics = memo.metrics
@@ -217,22 +199,7 @@ def autoscale_cycle(
             )
             if refresh is not None:
                 due.append(refresh)
-    # Observation refreshes last, within the fleet's budget and oldest first: the decisions and their
-    # replica writes above never wait behind them.
-    budget = refresh_budget(
-        refreshes_per_second=memo.settings.status_refreshes_per_second,
-        cycle_seconds=memo.settings.autoscale_interval_seconds,
-    )
-    chosen = pick_refreshes([(last_evaluation_time(r.decided_from), r) for r in due], budget)
-    report.refreshes_deferred = len(due) - len(chosen)
-    metrics.refresh_backlog.set(report.refreshes_deferred)
-    for refresh in chosen:
-        with _one_service(report, metrics, refresh.key), memory.written.writer(refresh.key):
-            # A reconcile may have written this status since the decision: then the next cycle decides
-            # from the new one, rather than this patch overwriting the reconciler's conditions.
-            if memory.written.current(refresh.key, refresh.body) != refresh.decided_from:
-                continue
-            _write_status(memo, memory, report, key=refresh.key, body=refresh.body, patch=refresh.patch)
+    _write_refreshes(memo, memory, report, due)
     log.debug(
         "autoscaler cycle: %d services, %d queries, %d replica writes, %d status writes (%d refreshes "
         "deferred), %d failed",
@@ -244,6 +211,56 @@ def autoscale_cycle(
         report.failures,
     )
     return report
+
+
+Autoscaled = tuple[ServiceKey, dict[str, Any], dict[str, Any], ServiceView]
+
+
+def _autoscaled_services(
+    indexes: Indexes, memory: AutoscalerMemory
+) -> tuple[list[Autoscaled], list[Holding]]:
+    """The autoscaled LlamaServices with their Deployment, and the GPUs every LlamaService holds."""
+    services: list[Autoscaled] = []
+    held: list[Holding] = []
+    for key, store in list(indexes.llamaservices.items()):
+        for body in list(store):
+            deployment = owned_deployment(indexes.deployments, key, body["metadata"].get("uid"))
+            gpus = holding(key, body, deployment)
+            if gpus is not None:
+                held.append(gpus)
+            if body["metadata"].get("deletionTimestamp") or not (body.get("spec") or {}).get("autoscaling"):
+                continue  # going, or no autoscaling to parse (parsed specs are kept for autoscaled ones only)
+            try:
+                autoscaling = memory.spec(key, body).active_autoscaling
+            except InvalidSpecError:
+                continue  # the reconciler reports a bad spec
+            if autoscaling is None:
+                continue
+            view = service_view(autoscaling, deployment)
+            if deployment is not None and view is not None:
+                services.append((key, body, deployment, view))
+    return services, held
+
+
+def _write_refreshes(
+    memo: OperatorMemo, memory: AutoscalerMemory, report: CycleReport, due: list[DueRefresh]
+) -> None:
+    """Observation refreshes last, within the fleet's budget and oldest first: the decisions and their
+    replica writes never wait behind them."""
+    budget = refresh_budget(
+        refreshes_per_second=memo.settings.status_refreshes_per_second,
+        cycle_seconds=memo.settings.autoscale_interval_seconds,
+    )
+    chosen = pick_refreshes([(last_evaluation_time(r.decided_from), r) for r in due], budget)
+    report.refreshes_deferred = len(due) - len(chosen)
+    memo.metrics.refresh_backlog.set(report.refreshes_deferred)
+    for refresh in chosen:
+        with _one_service(report, memo.metrics, refresh.key), memory.written.writer(refresh.key):
+            # A reconcile may have written this status since the decision: then the next cycle decides
+            # from the new one, rather than this patch overwriting the reconciler's conditions.
+            if memory.written.current(refresh.key, refresh.body) != refresh.decided_from:
+                continue
+            _write_status(memo, memory, report, key=refresh.key, body=refresh.body, patch=refresh.patch)
 
 
 @contextlib.contextmanager
@@ -345,6 +362,43 @@ def _scale(
     memo.metrics.scaled(namespace, name, current=current, replicas=replicas)
 
 
+def _apply_outcome(
+    memo: OperatorMemo,
+    memory: AutoscalerMemory,
+    report: CycleReport,
+    *,
+    key: ServiceKey,
+    body: dict[str, Any],
+    deployment: dict[str, Any],
+    status: Any,
+    outcome: AutoscaleOutcome,
+    current: int,
+    reason: str,
+    wall: datetime,
+) -> StatusWrite | None:
+    """The writes of one decision: the replicas, the status when it has news, the Events; the status
+    write it classified (a refresh is left to the cycle's budget)."""
+    namespace, name = key
+    if outcome.replicas is not None:
+        _scale(memo, report, key, deployment, current=current, replicas=outcome.replicas)
+        log.info(
+            "autoscaler: %s/%s: %s -> %s replicas: %s", namespace, name, current, outcome.replicas, reason
+        )
+    for moved in condition_transitions(status, outcome.status_patch):
+        log.info("autoscaler: %s/%s %s", namespace, name, moved)
+    write = status_write(
+        status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
+    )
+    if write is StatusWrite.NEWS:
+        _write_status(memo, memory, report, key=key, body=body, patch=outcome.status_patch)
+    for event in outcome.events:
+        memo.kube.post_event(
+            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
+        )
+        log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
+    return write
+
+
 def _autoscale_one(
     memo: OperatorMemo,
     memory: AutoscalerMemory,
@@ -395,34 +449,15 @@ def _autoscale_one(
         scale_to_zero=spec.autoscaling.scale_to_zero,
         activation=parse_last_activation(annotations.get(LAST_ACTIVATION_ANNOTATION)),
     )
-    namespace, name = key
     no_data_since = decision.state.no_data_since
     observation = _observation(
         key, spec.autoscaling, view=view, seen=seen, decision=decision, outcome=outcome, now=now
     )
     metrics.observe(observation)
-    if outcome.replicas is not None:
-        _scale(memo, report, key, deployment, current=view.current_replicas, replicas=outcome.replicas)
-        log.info(
-            "autoscaler: %s/%s: %s -> %s replicas: %s",
-            namespace,
-            name,
-            view.current_replicas,
-            outcome.replicas,
-            decision.reason,
-        )
-    for moved in condition_transitions(status, outcome.status_patch):
-        log.info("autoscaler: %s/%s %s", namespace, name, moved)
-    write = status_write(
-        status, outcome.status_patch, now=wall, refresh_seconds=memo.settings.status_refresh_seconds
-    )
-    if write is StatusWrite.NEWS:
-        _write_status(memo, memory, report, key=key, body=body, patch=outcome.status_patch)
-    for event in outcome.events:
-        memo.kube.post_event(
-            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
-        )
-        log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
+    write = _apply_outcome(
+        memo, memory, report, key=key, body=body, deployment=deployment, status=status,
+        outcome=outcome, current=view.current_replicas, reason=decision.reason, wall=wall,
+    )  # fmt: skip
     if (
         seen.status is SignalStatus.NO_DATA
         and decision.no_data

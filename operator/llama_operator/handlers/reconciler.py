@@ -13,6 +13,7 @@ import kopf
 
 from llama_operator.api.resource import parse_spec
 from llama_operator.api.spec import LlamaServiceSpec
+from llama_operator.desired.objects import DesiredState
 from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.written_status import WrittenStatus
@@ -156,47 +157,13 @@ def _reconcile(
     )
     status = dict(outcome.status_patch)
     if outcome.desired is not None:
-        settings = memo.settings
-        report = execute(
-            memo.kube,
-            outcome.desired,
-            namespace=namespace,
-            owner_uid=str(meta.get("uid") or ""),
-            field_manager=settings.field_manager,
-            own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
-            live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
-        )
-        if report.namespace_terminating:
+        converged = _converge(
+            key, body, before, status, outcome.desired, memo=memo, indexes=indexes, result=result,
+            attempt=attempt, now=now,
+        )  # fmt: skip
+        if converged is None:
             return result
-        deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
-        parsed = parse_spec(body["spec"])  # valid: desired objects were built from it
-        result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
-        result.writes = report.writes
-        for kind, count in {**report.writes_by_kind}.items():
-            memo.metrics.wrote(kind, count)
-        for rejection in report.rejections:
-            memo.metrics.api_error(rejection.ref.kind, rejection.status)
-        status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
-        status.update(
-            rollout_status(
-                {**before, **status},
-                deployment,
-                indexes.pods.get(key, []),
-                generation=meta.get("generation"),
-                now=now,
-                zero_message=zero_message(parsed, activator_route(indexes.endpoint_slices) is not None),
-            )
-        )
-        status["specReplicas"] = parsed.replicas
-        ignored = ignored_replicas_event(parsed, before)
-        if ignored is not None:
-            result.events.append(ignored)
-        result.events += [
-            Event("DriftRepaired", f"{ref} had fields added by hand; they were removed", warning=False)
-            for ref in report.repaired
-        ]
-        if not report.clean:
-            result.requeue_after = retry_delay_seconds(attempt)
+        status = converged
     memo.metrics.service_status(namespace, name, {**before, **status})
     unknown = unknown_gpus_event(before, status)
     if unknown is not None:
@@ -224,3 +191,63 @@ def _reconcile(
             body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
         )
     return result
+
+
+def _converge(
+    key: OwnerKey,
+    body: dict[str, Any],
+    before: dict[str, Any],
+    status: dict[str, Any],
+    desired: DesiredState,
+    *,
+    memo: OperatorMemo,
+    indexes: Indexes,
+    result: ReconcileResult,
+    attempt: int,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """Apply the desired objects and add what it did to the status (None: the namespace is going)."""
+    namespace, _ = key
+    meta = body["metadata"]
+    settings = memo.settings
+    report = execute(
+        memo.kube,
+        desired,
+        namespace=namespace,
+        owner_uid=str(meta.get("uid") or ""),
+        field_manager=settings.field_manager,
+        own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
+        live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
+    )
+    if report.namespace_terminating:
+        return None
+    deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
+    parsed = parse_spec(body["spec"])  # valid: desired objects were built from it
+    result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
+    result.writes = report.writes
+    for kind, count in {**report.writes_by_kind}.items():
+        memo.metrics.wrote(kind, count)
+    for rejection in report.rejections:
+        memo.metrics.api_error(rejection.ref.kind, rejection.status)
+    status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
+    status.update(
+        rollout_status(
+            {**before, **status},
+            deployment,
+            indexes.pods.get(key, []),
+            generation=meta.get("generation"),
+            now=now,
+            zero_message=zero_message(parsed, activator_route(indexes.endpoint_slices) is not None),
+        )
+    )
+    status["specReplicas"] = parsed.replicas
+    ignored = ignored_replicas_event(parsed, before)
+    if ignored is not None:
+        result.events.append(ignored)
+    result.events += [
+        Event("DriftRepaired", f"{ref} had fields added by hand; they were removed", warning=False)
+        for ref in report.repaired
+    ]
+    if not report.clean:
+        result.requeue_after = retry_delay_seconds(attempt)
+    return status
