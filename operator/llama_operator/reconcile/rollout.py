@@ -66,6 +66,24 @@ def rollout_status(
     rolled_out = observed == dep_generation and updated >= desired and ready >= desired
 
     pending = unschedulable_message(pods)
+    phase, updates = _rollout_conditions(
+        rolled_out=rolled_out, desired=desired, ready=ready, updated=updated, pending=pending,
+        zero_message=zero_message,
+    )  # fmt: skip
+    conditions = set_conditions(conditions, updates, now=now, generation=generation)
+    return {
+        "phase": phase.value,
+        "replicas": desired,
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+        "conditions": [c.to_wire() for c in conditions],
+    }
+
+
+def _rollout_conditions(
+    *, rolled_out: bool, desired: int, ready: int, updated: int, pending: str | None, zero_message: str | None
+) -> tuple[Phase, list[ConditionUpdate]]:
+    """The phase and the Schedulable, Ready and Progressing conditions of a Deployment's rollout."""
     updates: list[ConditionUpdate] = [
         (
             ConditionType.SCHEDULABLE,
@@ -110,11 +128,4 @@ def rollout_status(
                 why,
             ),
         ]
-    conditions = set_conditions(conditions, updates, now=now, generation=generation)
-    return {
-        "phase": phase.value,
-        "replicas": desired,
-        "readyReplicas": ready,
-        "updatedReplicas": updated,
-        "conditions": [c.to_wire() for c in conditions],
-    }
+    return phase, updates
