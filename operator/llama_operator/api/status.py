@@ -22,6 +22,19 @@ class Phase(StrEnum):
     SCALED_TO_ZERO = "ScaledToZero"
 
 
+class AdapterStatus(WireModel):
+    """Where one of spec.adapters is loaded, as the replicas' /v1/models lists it."""
+
+    name: Annotated[str, Field(description="The adapter's name (spec.adapters[].name).")]
+    replicas: Annotated[
+        list[str], Field(description="Ready replicas (pod names) whose vLLM has the adapter loaded.")
+    ] = Field(default_factory=list)
+    message: Annotated[
+        str | None,
+        Field(description="Why the last load into a replica failed (vLLM's answer), when one did."),
+    ] = None
+
+
 class LlamaServiceStatus(WireModel):
     """Observed state of a LlamaService."""
 
@@ -49,3 +62,10 @@ class LlamaServiceStatus(WireModel):
     ] = None
     plan: Annotated[Plan | None, Field(description="What the planner decided.")] = None
     autoscaling: Annotated[AutoscalingStatus | None, Field(description="Autoscaler observations.")] = None
+    adapters: Annotated[
+        list[AdapterStatus] | None,
+        Field(
+            description="Which ready replica holds which LoRA adapter (spec.adapters), as the operator last "
+            "loaded and listed them."
+        ),
+    ] = None

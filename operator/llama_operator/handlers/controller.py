@@ -30,6 +30,7 @@ from llama_operator.desired.labels import (
     SERVICE_NAME_LABEL,
     SLICE_MANAGED_BY_LABEL,
 )
+from llama_operator.handlers.adapters import ADAPTER_SYNC_SECONDS, adapter_cycle
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.indexes import endpoint_facts, node_facts
 from llama_operator.handlers.memo import OperatorMemo
@@ -64,6 +65,8 @@ class Controller:
         # The autoscaler has a thread of its own: a backlog of reconciles never delays a scaling decision.
         self.autoscaler_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autoscaler")
         self.autoscaler_memory = AutoscalerMemory()
+        # LoRA adapters are loaded into replicas in a thread of their own: a slow load delays no decision.
+        self.adapter_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="adapters")
         # Set when an autoscaler cycle should not wait for its period: a request held at zero.
         self.autoscaler_wake = asyncio.Event()
         self.activations: dict[Key, str | None] = {}  # the last activation-requested-at seen per key
@@ -181,6 +184,20 @@ class Controller:
                     self.autoscaler_wake.wait(), max(0.0, started + interval - loop.time())
                 )
 
+    async def _adapters(self) -> None:
+        """spec.adapters into every ready replica, on the leader only (handlers/adapters.py)."""
+        loop = asyncio.get_running_loop()
+        cycle = functools.partial(adapter_cycle, self.memo, self.indexes, self.autoscaler_memory.written)
+        while True:
+            await self._wait_leading()
+            try:
+                await loop.run_in_executor(self.adapter_pool, cycle)
+            except (ApiException, *TRANSIENT_ERRORS) as err:
+                log.warning("adapter cycle: %s; next cycle in %.0fs", err, ADAPTER_SYNC_SECONDS)
+            except Exception:
+                log.exception("adapter cycle failed; next cycle in %.0fs", ADAPTER_SYNC_SECONDS)
+            await asyncio.sleep(ADAPTER_SYNC_SECONDS)
+
     async def _on_leadership(self) -> None:
         """Whenever this instance becomes the leader, look at everything: the last leader may have left
         work half done."""
@@ -196,6 +213,7 @@ class Controller:
         self.tasks.append(asyncio.create_task(self._resync()))
         self.tasks.append(asyncio.create_task(self._heartbeat()))
         self.tasks.append(asyncio.create_task(self._autoscale()))
+        self.tasks.append(asyncio.create_task(self._adapters()))
         if self.leader is not None:
             self.tasks.append(asyncio.create_task(self.leader.run()))
             self.tasks.append(asyncio.create_task(self._on_leadership()))
@@ -210,6 +228,7 @@ class Controller:
             await asyncio.get_running_loop().run_in_executor(None, self.leader.release)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.autoscaler_pool.shutdown(wait=False, cancel_futures=True)
+        self.adapter_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def lease_namespace(settings: Settings) -> tuple[str, str]:

@@ -79,8 +79,13 @@ def pod_index(
     status = body.status
     return {
         (str(namespace), labels[SERVICE_LABEL]): {
-            "metadata": {"name": body.metadata.name},
-            "status": {"phase": status.get("phase"), "conditions": list(status.get("conditions") or [])},
+            "metadata": {"name": body.metadata.name, "deletionTimestamp": body.metadata.deletion_timestamp},
+            # podIP: the operator loads LoRA adapters into each ready replica (handlers/adapters.py).
+            "status": {
+                "phase": status.get("phase"),
+                "conditions": list(status.get("conditions") or []),
+                "podIP": status.get("podIP"),
+            },
         }
     }
 
