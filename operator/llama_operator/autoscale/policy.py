@@ -363,20 +363,25 @@ def _to_zero(
             f"scale down {current} -> 0: idle for {now - idle_since:.0f}s (scaleToZeroAfterSeconds "
             f"{spec.scale_to_zero_after_seconds}s); the activator holds the next request"
         ),
-        state=state.model_copy(
-            update={
-                "recommendations": [],
-                "no_data_since": None,
-                "slo_breach_since": None,
-                "idle_since": None,
-                "scaled_to_zero_time": now,
-                "activation_requested_time": None,
-                "last_scale_time": now,
-                "last_scale_down_time": now,
-            }
-        ),
+        state=_gone_to_zero(state, now),
         needed_replicas=0,
         scaled_to_zero=True,
+    )
+
+
+def _gone_to_zero(state: AutoscalerState, now: float) -> AutoscalerState:
+    """The state once the last replica goes: no window, no clocks; a request held after `now` wakes it."""
+    return state.model_copy(
+        update={
+            "recommendations": [],
+            "no_data_since": None,
+            "slo_breach_since": None,
+            "idle_since": None,
+            "scaled_to_zero_time": now,
+            "activation_requested_time": None,
+            "last_scale_time": now,
+            "last_scale_down_time": now,
+        }
     )
 
 
@@ -405,18 +410,7 @@ def _abandon_wake(spec: AutoscalingSpec, signals: Signals, state: AutoscalerStat
             f"within activationTimeoutSeconds ({spec.activation_timeout_seconds}s) and no request is held "
             "any more; the next request wakes it again"
         ),
-        state=state.model_copy(
-            update={
-                "recommendations": [],
-                "no_data_since": None,
-                "slo_breach_since": None,
-                "idle_since": None,
-                "scaled_to_zero_time": now,
-                "activation_requested_time": None,
-                "last_scale_time": now,
-                "last_scale_down_time": now,
-            }
-        ),
+        state=_gone_to_zero(state, now),
         needed_replicas=0,
         scaled_to_zero=True,
         wake_timed_out=True,
