@@ -88,6 +88,15 @@ def _complete(srv: Any, model: str) -> dict[str, Any]:
     return result
 
 
+def _base_successes(srv: Any) -> float:
+    """vllm:request_success_total of the base model's name, all finish reasons."""
+    total = 0.0
+    for line in srv.metrics_text().splitlines():
+        if line.startswith("vllm:request_success_total{") and f'model_name="{SERVED}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def test_adapters_load_serve_and_unload_without_a_restart(tmp_path: Path) -> None:
     cache = tmp_path / "models"
     model = vs.build_tiny_model(cache / "tiny")
@@ -136,12 +145,16 @@ def test_adapters_load_serve_and_unload_without_a_restart(tmp_path: Path) -> Non
         assert srv.proc is not None and srv.proc.pid == pid and srv.proc.poll() is None
 
         # Each adapter answers under its own name, and changes what the model says (it is applied).
+        succeeded = _base_successes(srv)
         texts = {}
         for name in (SERVED, "sql", "docs"):
             out = _complete(srv, name)
             assert out["model"] == name
             texts[name] = out["choices"][0]["text"]
         assert len(set(texts.values())) == 3, texts
+        # vLLM counts adapter requests under the base model's name: the autoscaler's signals (and so the
+        # base service's replicas) carry every adapter's load.
+        assert _base_successes(srv) - succeeded == 3
 
         # Removing one unloads it: no longer listed, no longer served.
         sync = sync_adapters(

@@ -68,6 +68,12 @@ def service_info(obj: dict[str, Any]) -> ServiceInfo:
         spec.model.served_name if spec is not None else None
     )
     annotations = meta.get("annotations") or {}
+    placed = (obj.get("status") or {}).get("adapters") or []
+    adapter_pods = tuple(
+        (str(entry["name"]), frozenset(str(pod) for pod in entry.get("replicas") or []))
+        for entry in placed
+        if isinstance(entry, dict) and entry.get("name")
+    )
     return ServiceInfo(
         uid=str(meta.get("uid", "")),
         activation_timeout_seconds=float(autoscaling.activation_timeout_seconds)
@@ -76,6 +82,8 @@ def service_info(obj: dict[str, Any]) -> ServiceInfo:
         models=(str(served),) if served else (),
         allowed_namespaces=parse_allowed(annotations.get(ALLOWED_NAMESPACES_ANNOTATION)),
         max_num_seqs=plan.max_num_seqs if plan is not None else 0,
+        adapters=tuple(a.name for a in spec.adapters) if spec is not None and served else (),
+        adapter_pods=adapter_pods,
     )
 
 
@@ -163,15 +171,19 @@ class ClusterView:
         """host:port of the service's ready vLLM pods: an address counts only when a Pod of that name in the
         service's namespace has it, is labelled as the operator's pod of this service, and is not on the
         host network."""
+        return sorted(self.endpoint_pods(key))
+
+    def endpoint_pods(self, key: ServiceKey) -> dict[str, str]:
+        """The same endpoints, each with its pod's name (status.adapters names pods)."""
         with self.lock:
-            out = set()
+            out: dict[str, str] = {}
             for slice_key in self.slices_of.get(key, ()):
                 for address, port, pod_name in self.slices[slice_key][1]:
                     pod = self.pods.get((key[0], pod_name))
                     if pod is None or pod.ip != address or pod.service != key[1] or pod.host_network:
                         continue
-                    out.add(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
-            return sorted(out)
+                    out[f"[{address}]:{port}" if ":" in address else f"{address}:{port}"] = pod_name
+            return out
 
     def service(self, key: ServiceKey) -> ServiceInfo | None:
         with self.lock:

@@ -21,7 +21,8 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,3 +165,44 @@ def _sample_value(line: str) -> float:
     except (IndexError, ValueError):
         return 0.0
     return value if math.isfinite(value) else 0.0
+
+
+LORA_INFO = "vllm:lora_requests_info"
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def vllm_active_adapters(metrics_text: str) -> frozenset[str]:
+    """The adapters a vLLM has in its running or waiting batch (so in a GPU slot, or about to be), from its
+    `vllm:lora_requests_info` gauge: one sample per label set it ever had, valued with the time it was set;
+    the newest is the current one."""
+    newest, adapters = -1.0, frozenset[str]()
+    for line in metrics_text.splitlines():
+        if not line.startswith(LORA_INFO + "{"):
+            continue
+        labels = dict(_LABEL.findall(line[len(LORA_INFO) : line.rfind("}") + 1]))
+        value = _sample_value(line)
+        if value >= newest:
+            newest = value
+            names = f"{labels.get('running_lora_adapters', '')},{labels.get('waiting_lora_adapters', '')}"
+            adapters = frozenset(name for name in names.split(",") if name)
+    return adapters
+
+
+def adapter_endpoints(
+    endpoints: Sequence[str],
+    *,
+    pod_of: Mapping[str, str],
+    holders: Collection[str],
+    active: Mapping[str, frozenset[str]],
+    adapter: str,
+    busy: Collection[str] = (),
+) -> tuple[list[str], str]:
+    """The pods a request for `adapter` may go to, and why: those where vLLM has it active in its batch and
+    that are not `busy` (at their bound, KV cache nearly full) ("loaded": no swap from host memory), else
+    every pod that holds it ("held": the load spreads), else, while the operator has not placed it on any
+    ready pod yet, every pod ("unplaced": vLLM answers 404 for it until then)."""
+    holding = [ep for ep in endpoints if pod_of.get(ep) in holders]
+    if not holding:
+        return list(endpoints), "unplaced"
+    loaded = [ep for ep in holding if adapter in active.get(ep, frozenset()) and ep not in busy]
+    return (loaded, "loaded") if loaded else (holding, "held")

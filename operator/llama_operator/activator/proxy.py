@@ -34,7 +34,15 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.activator.cluster import ClusterView
-from llama_operator.activator.picker import KV_FULL, pick, prefix_key, prompt_prefix, vllm_load
+from llama_operator.activator.picker import (
+    KV_FULL,
+    adapter_endpoints,
+    pick,
+    prefix_key,
+    prompt_prefix,
+    vllm_active_adapters,
+    vllm_load,
+)
 from llama_operator.activator.routing import (
     HOP_BY_HOP,
     NAMESPACE_HEADER,
@@ -107,6 +115,20 @@ class RouterMetrics:
             n.ROUTER_HOLD_SECONDS,
             "How long each held request waited for a ready replica.",
             buckets=WAKE_BUCKETS,
+            registry=r,
+        )
+        self.model_requests = Counter(
+            n.ROUTER_MODEL_REQUESTS,
+            "Requests routed to a LlamaService, by the model they named: its served name (kind base) or one of "
+            "its LoRA adapters (kind adapter); an empty model when the request named the service another way.",
+            [*LABELS, "model", "kind"],
+            registry=r,
+        )
+        self.adapter_picks = Counter(
+            n.ROUTER_ADAPTER_PICKS,
+            "Requests for a LoRA adapter, by the pods they could go to: loaded (pods with the adapter in vLLM's "
+            "batch), held (every pod that has it loaded), unplaced (no ready pod has it yet: every pod).",
+            ["reason"],
             registry=r,
         )
         self.demand_reports = Counter(
@@ -183,6 +205,7 @@ class Router:
         self.load_scrape_seconds = load_scrape_seconds  # 0: not scraped
         self.queued: dict[str, float] = {}
         self.kv_full: set[str] = set()
+        self.active_adapters: dict[str, frozenset[str]] = {}  # endpoint -> adapters in vLLM's batch
         self.recent: dict[str, float] = {}  # endpoint -> when it was last picked (monotonic)
         self.scraper: asyncio.Task[None] | None = None
 
@@ -223,6 +246,7 @@ class Router:
                 del self.recent[endpoint]
                 self.queued.pop(endpoint, None)
                 self.kv_full.discard(endpoint)
+                self.active_adapters.pop(endpoint, None)
             await asyncio.gather(*(self._scrape(ep) for ep in list(self.recent)), return_exceptions=True)
 
     async def _scrape(self, endpoint: str) -> None:
@@ -236,9 +260,11 @@ class Router:
         if not text:
             self.queued.pop(endpoint, None)
             self.kv_full.discard(endpoint)
+            self.active_adapters.pop(endpoint, None)
             return
         waiting, usage = vllm_load(text)
         self.queued[endpoint] = waiting
+        self.active_adapters[endpoint] = vllm_active_adapters(text)
         if usage >= KV_FULL:
             self.kv_full.add(endpoint)
         else:
@@ -305,9 +331,12 @@ class Router:
             affinity = None
             if body.parsed is not None:
                 affinity = prefix_key(str(model or ""), prompt_prefix(body.parsed))
+            adapter = self._count_model(key, model)
             if self.view.endpoints(key):
-                return await self._forward(request, body, key, affinity, held_since=None, received=received)
-            return await self._hold(request, body, key, affinity, received)
+                return await self._forward(
+                    request, body, key, affinity, held_since=None, received=received, adapter=adapter
+                )
+            return await self._hold(request, body, key, affinity, received, adapter=adapter)
         except RejectedError as rejected:
             self.metrics.rejected.labels(limit=rejected.limit).inc()
             self.metrics.requests.labels(
@@ -321,14 +350,27 @@ class Router:
             if self.active == 0:
                 self.idle.set()
 
+    def _count_model(self, key: ServiceKey, model: Any) -> str | None:
+        """Count the request by the model it names (a label only for the service's own names: the label set
+        stays bounded); the adapter's name when it names one of the service's LoRA adapters."""
+        service = self.view.service(key)
+        named = model if isinstance(model, str) and service is not None and service.serves(model) else ""
+        adapter = named if service is not None and named in service.adapters else None
+        self.metrics.model_requests.labels(
+            namespace=key[0], llamaservice=key[1], model=named, kind="adapter" if adapter else "base"
+        ).inc()
+        return adapter
+
     def _models(self, caller: Caller, namespace_header: str | None) -> web.Response:
         self.metrics.requests.labels(outcome="models").inc()
         if caller.namespace is None and not caller.trusted:
             self.metrics.requests.labels(outcome="forbidden").inc()
             return error(403, "requests are accepted from pods of the namespaces this router serves")
+        known = self.view.known()
         data = [
             {"id": model, "object": "model", "created": 0, "owned_by": f"{key[0]}/{key[1]}"}
-            for key, model in served_models(caller, namespace_header, self.view.known())
+            | ({"parent": known[key].models[0]} if model in known[key].adapters and known[key].models else {})
+            for key, model in served_models(caller, namespace_header, known)
         ]
         return web.json_response({"object": "list", "data": data})
 
@@ -389,7 +431,14 @@ class Router:
         await loop.run_in_executor(None, self.view.request_activation, key, uid, time.time())
 
     async def _hold(
-        self, request: web.Request, body: Body, key: ServiceKey, affinity: int | None, received: float
+        self,
+        request: web.Request,
+        body: Body,
+        key: ServiceKey,
+        affinity: int | None,
+        received: float,
+        *,
+        adapter: str | None = None,
     ) -> web.StreamResponse:
         service = self.view.service(key)
         timeout = hold_seconds(
@@ -425,7 +474,7 @@ class Router:
                     self.metrics.hold.observe(time.monotonic() - received)
                     release()
                     return await self._forward(
-                        request, body, key, affinity, held_since=received, received=None
+                        request, body, key, affinity, held_since=received, received=None, adapter=adapter
                     )
                 now = time.monotonic()
                 remaining = received + timeout - now
@@ -473,8 +522,9 @@ class Router:
         *,
         held_since: float | None,
         received: float | None,
+        adapter: str | None = None,
     ) -> web.StreamResponse:
-        """Send to the picked pod; a refused connection (nothing sent yet) tries another pod, then the same
+        """Send to the picked pod (for a LoRA adapter, one that holds it, preferably one with it loaded); a refused connection (nothing sent yet) tries another pod, then the same
         ones again for a few seconds (a pod that just turned ready may not accept yet). Never after a byte
         of the request went out."""
         assert self.session is not None
@@ -487,6 +537,23 @@ class Router:
             endpoints = [ep for ep in self.view.endpoints(key) if ep not in refused] or self.view.endpoints(
                 key
             )
+            if adapter is not None and service is not None:
+                busy = {
+                    ep
+                    for ep in endpoints
+                    if ep in self.kv_full
+                    or (saturated_at and self.inflight[ep] + self.queued.get(ep, 0.0) >= saturated_at)
+                }
+                endpoints, why = adapter_endpoints(
+                    endpoints,
+                    pod_of=self.view.endpoint_pods(key),
+                    holders=service.holders(adapter),
+                    active=self.active_adapters,
+                    adapter=adapter,
+                    busy=busy,
+                )
+                if not retry:
+                    self.metrics.adapter_picks.labels(reason=why).inc()
             self.sequence += 1
             chosen = pick(
                 endpoints,
@@ -498,10 +565,13 @@ class Router:
                 kv_full=frozenset(self.kv_full),
             )
             if chosen is None:  # its pods went away meanwhile: hold again
-                return await self._hold(request, body, key, affinity, time.monotonic())
+                return await self._hold(request, body, key, affinity, time.monotonic(), adapter=adapter)
             self.metrics.picks.labels(reason="retry" if retry else chosen.reason).inc()
             endpoint = chosen.endpoint
             self.recent[endpoint] = time.monotonic()
+            if adapter is not None and self.load_scrape_seconds > 0:
+                # In vLLM's batch from now on; the next scrape of this pod says for how long.
+                self.active_adapters[endpoint] = self.active_adapters.get(endpoint, frozenset()) | {adapter}
             base = self.upstream_override or f"http://{endpoint}"
             self.inflight[endpoint] += 1
             self.metrics.inflight.inc()

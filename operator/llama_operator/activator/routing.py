@@ -39,6 +39,16 @@ class ServiceInfo:
     models: tuple[str, ...] = ()  # the names vLLM serves it under (status.plan.servedModelName)
     allowed_namespaces: frozenset[str] = frozenset()  # callers' namespaces besides its own; "*": any
     max_num_seqs: int = 0  # the plan's: a pod with this many requests in flight takes no affine one more
+    adapters: tuple[str, ...] = ()  # spec.adapters' names: `model` may name one of them too
+    # status.adapters: (adapter, pods whose vLLM lists it), as the operator last loaded them
+    adapter_pods: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    def serves(self, model: str) -> bool:
+        return model in self.models or model in self.adapters
+
+    def holders(self, adapter: str) -> frozenset[str]:
+        """The pods that hold `adapter` (none when it is no adapter of this service)."""
+        return next((pods for name, pods in self.adapter_pods if name == adapter), frozenset())
 
 
 HeldService = ServiceInfo  # the activator's name for it
@@ -143,7 +153,7 @@ def resolve(
     if model:
         if home is None:
             return Resolution(None, 400, f"a trusted caller names the namespace: set {NAMESPACE_HEADER}")
-        matches = sorted(k for k, s in services.items() if k[0] == home and model in s.models)
+        matches = sorted(k for k, s in services.items() if k[0] == home and s.serves(model))
         if len(matches) == 1:
             return Resolution(matches[0], 0, "")
         if matches:
@@ -166,11 +176,14 @@ def resolve(
 def served_models(
     caller: Caller, namespace_header: str | None, services: Mapping[ServiceKey, ServiceInfo]
 ) -> list[tuple[ServiceKey, str]]:
-    """What /v1/models lists: the models of the caller's namespace (a trusted caller's named one)."""
+    """What /v1/models lists: the models of the caller's namespace (a trusted caller's named one), and their
+    LoRA adapters."""
     home = namespace_header.strip() if caller.trusted and namespace_header else caller.namespace
     if home is None:
         return []
-    return sorted((key, model) for key, s in services.items() if key[0] == home for model in s.models)
+    return sorted(
+        (key, model) for key, s in services.items() if key[0] == home for model in (*s.models, *s.adapters)
+    )
 
 
 # --- limits ---------------------------------------------------------------------------------------------

@@ -94,6 +94,8 @@ ROUTER_ADDED_LATENCY = "llama_router_added_latency_seconds"
 ROUTER_ACTIVATION_SECONDS = "llama_router_activation_seconds"
 ROUTER_HOLD_SECONDS = "llama_router_hold_seconds"
 ROUTER_DEMAND_REPORTS = "llama_router_demand_reports_total"
+ROUTER_MODEL_REQUESTS = "llama_router_model_requests_total"
+ROUTER_ADAPTER_PICKS = "llama_router_adapter_picks_total"
 ROUTER_NAMES = (ROUTER_HELD, ROUTER_REQUESTS, ROUTER_ACTIVATION_SECONDS)
 
 # Prometheus' own series.
