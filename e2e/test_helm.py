@@ -223,6 +223,8 @@ def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, na
         ("delete", "services", "default", False),
         ("create", "pods", "watched", False),
         ("create", "pods/exec", "watched", False),
+        ("patch", "pods/status", "watched", True),  # the LoRA adapters' readiness gate
+        ("patch", "pods", "watched", False),
         ("list", "nodes", None, True),
         ("patch", "nodes", None, False),
         ("delete", "customresourcedefinitions", None, False),
@@ -241,7 +243,16 @@ def test_least_privilege(
     namespace: str | None,
     allowed: bool,
 ) -> None:
-    args = ["auth", "can-i", verb, resource, f"--as={SA}"]
+    # kubectl reads `kind/x` as a resource and a name: a subresource is its own flag.
+    kind, _, subresource = resource.partition("/")
+    args = [
+        "auth",
+        "can-i",
+        verb,
+        kind,
+        f"--as={SA}",
+        *([f"--subresource={subresource}"] if subresource else []),
+    ]
     if namespace is not None:
         args += ["-n", {"watched": watched, "release": RELEASE_NS}.get(namespace, namespace)]
     done = cluster.kubectl(*args, check=False)

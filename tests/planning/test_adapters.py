@@ -7,8 +7,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from llama_operator.api.resource import LlamaService, ObjectMeta
+from llama_operator.api.settings import Settings
 from llama_operator.api.spec import MAX_ADAPTER_RANK, LlamaServiceSpec
 from llama_operator.catalog.models import model_shape
+from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
+from llama_operator.desired.objects import build_pod_template
 from llama_operator.planning import PlanningError
 from llama_operator.planning.adapters import (
     allowed_max_lora_ranks,
@@ -200,3 +204,25 @@ def test_a_model_that_no_longer_fits_says_the_slots_took_the_room() -> None:
 def test_the_contract_still_knows_the_lora_flags() -> None:
     for name in ("--enable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras"):
         assert flag_contract().lookup(name) is not None
+
+
+def test_adapters_and_an_api_key_are_refused_together() -> None:
+    service = LlamaServiceSpec.model_validate(
+        {
+            "model": {"name": LLAMA_8B},
+            "accelerator": {"type": "a10g"},
+            "engine": {"apiKeySecretRef": {"name": "key"}},
+            "adapters": [{"name": "sql", "source": "org/sql"}],
+        }
+    )
+    with pytest.raises(PlanningError, match=r"apiKeySecretRef.*does not read tenants' Secrets"):
+        plan(service)
+
+
+def test_with_adapters_a_pod_is_ready_only_once_they_are_loaded() -> None:
+    with_adapters = _spec([{"name": "sql", "source": "org/sql"}])
+    without = _spec([])
+    for service, gates in ((with_adapters, [{"conditionType": ADAPTERS_READINESS_GATE}]), (without, None)):
+        svc = LlamaService(metadata=ObjectMeta(name="chat", namespace="t", uid="1"), spec=service)
+        template = build_pod_template(svc, plan(service), Settings(), pod_monitor=False)
+        assert template["spec"].get("readinessGates") == gates

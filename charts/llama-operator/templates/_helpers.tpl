@@ -35,7 +35,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else }}{{ default "default" .Values.serviceAccount.name }}{{ end }}
 {{- end }}
 
-{{/* What the operator does in the namespaces it serves: no Secrets, no exec, no pod writes. */}}
+{{/* What the operator does in the namespaces it serves: no Secrets, no exec, no pod writes but one condition
+in a pod's status (the LoRA adapters' readiness gate, set once the adapters are loaded). */}}
 {{- define "llama-operator.namespacedRules" -}}
 - apiGroups: [serving.llama-operator.dev]
   resources: [llamaservices]
@@ -52,6 +53,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, update, delete]

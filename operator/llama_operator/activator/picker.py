@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_WAITING
+from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_LORA_INFO, VLLM_WAITING
 
 VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of even with 3+ pods
 BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
@@ -167,7 +167,7 @@ def _sample_value(line: str) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-LORA_INFO = "vllm:lora_requests_info"
+LORA_INFO = VLLM_LORA_INFO
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 

@@ -28,3 +28,6 @@ VLLM_CACHE_CONFIG = "vllm:cache_config_info"
 # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (deprecated in one minor, removed two later): the
 # current name first, then the former one an older pinned image still exports.
 KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# With --enable-lora: one sample per label set it has had (running_lora_adapters, waiting_lora_adapters,
+# max_lora), valued with the time it was set; the router reads which adapters a pod has in its batch.
+VLLM_LORA_INFO = "vllm:lora_requests_info"

@@ -43,3 +43,8 @@ def selector_string(name: str) -> str:
 
 def activator_slice_name(name: str) -> str:
     return f"{name}-activator"
+
+
+# A pod of a LlamaService with LoRA adapters is Ready only once the operator has loaded spec.adapters into it
+# (handlers/adapters.py sets this condition): a new replica never serves before it has them.
+ADAPTERS_READINESS_GATE = "llama-operator.dev/adapters-loaded"

@@ -17,6 +17,7 @@ from llama_operator.api.settings import Settings
 from llama_operator.api.spec import API_VERSION, KIND
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import (
+    ADAPTERS_READINESS_GATE,
     ENDPOINT_SLICE_MANAGER,
     SERVICE_NAME_LABEL,
     SLICE_MANAGED_BY_LABEL,
@@ -235,6 +236,7 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
         },
     }
     pod_spec: dict[str, Any] = {
+        **({"readinessGates": [{"conditionType": ADAPTERS_READINESS_GATE}]} if plan.max_loras > 0 else {}),
         "containers": [container],
         "volumes": _volumes(svc, plan),
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,

@@ -1,44 +1,59 @@
 """The adapter loop: every few seconds, on the leader, each LlamaService whose running plan has LoRA on gets
-spec.adapters loaded into (and removed ones unloaded from) every ready replica, and status.adapters says which
-replica holds which adapter. The decisions are reconcile/adapters.py's, the calls infra/vllm_adapters.py's."""
+spec.adapters loaded into (and removed ones unloaded from) every replica whose vLLM answers, and status.adapters
+says which replica holds which adapter. Such a replica's pod has a readiness gate (desired/objects.py) that this
+loop opens once it has loaded the adapters: a new replica is Ready, and gets traffic, only with them. The
+decisions are reconcile/adapters.py's, the calls infra/vllm_adapters.py's."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
-from llama_operator.api.status import AdapterStatus
+from llama_operator.api.times import rfc3339
 from llama_operator.catalog.vllm import VLLM_PORT
+from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import Indexes
 from llama_operator.handlers.written_status import WrittenStatus
-from llama_operator.infra.vllm_adapters import sync_adapters
+from llama_operator.infra.vllm_adapters import AdapterSync, sync_adapters
 
 log = logging.getLogger(__name__)
 
 # How often the replicas' adapters are compared with the spec: an added adapter is served within this (plus
-# its load), a new replica gets them this long after it is ready.
+# its load); a new replica is Ready within this after its server is (its readiness gate waits for the load).
 ADAPTER_SYNC_SECONDS = 5.0
-API_KEY_MESSAGE = (
-    "not loaded: the replicas require an API key (engine.apiKeySecretRef), which the operator does not read; "
-    "adapters are loaded into services without one"
-)
 
 
-def ready_replicas(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Pod name -> host:port of the pods that are Ready and not going."""
+def _condition(pod: Mapping[str, Any], kind: str) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def serving_replicas(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod name -> host:port of the pods whose vLLM answers (ContainersReady: its probes pass; the pod itself
+    is Ready only once its adapters are loaded, the readiness gate) and that are not going."""
     out: dict[str, str] = {}
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-        )
-        if ready and status.get("podIP") and not meta.get("deletionTimestamp"):
+        if _condition(pod, "ContainersReady") and status.get("podIP") and not meta.get("deletionTimestamp"):
             out[str(meta["name"])] = f"{status['podIP']}:{VLLM_PORT}"
     return out
+
+
+def gate_condition(loaded: int, wanted: int, now: datetime) -> dict[str, str]:
+    """The readiness gate's condition once a pass over the pod has tried every load (a failed one is
+    reported in status.adapters: a bad adapter must not keep every new replica out of service)."""
+    return {
+        "type": ADAPTERS_READINESS_GATE,
+        "status": "True",
+        "reason": "AdaptersLoaded",
+        "message": f"{loaded} of {wanted} adapters of spec.adapters loaded (status.adapters says where)",
+        "lastTransitionTime": rfc3339(now),
+    }
 
 
 def adapter_cycle(memo: OperatorMemo, indexes: Indexes, written: WrittenStatus) -> None:
@@ -52,15 +67,12 @@ def adapter_cycle(memo: OperatorMemo, indexes: Indexes, written: WrittenStatus) 
                 continue  # the reconciler reports it
             plan = status_plan(body.get("status"))
             adapters: list[dict[str, object]] | None = None
-            if plan is not None and plan.max_loras > 0 and spec.engine.api_key_secret_ref is not None:
-                # The operator does not read tenants' Secrets: it cannot call an API that wants the key.
-                adapters = [
-                    AdapterStatus(name=a.name, message=API_KEY_MESSAGE).to_wire() for a in spec.adapters
-                ]
-            elif plan is not None and plan.max_loras > 0:
-                replicas = ready_replicas(indexes.pods.get(key, []))
+            if plan is not None and plan.max_loras > 0:
+                pods = list(indexes.pods.get(key, []))
+                replicas = serving_replicas(pods)
                 sync = sync_adapters(spec.adapters, replicas, base_models=[plan.served_model_name])
                 adapters = [a.to_wire() for a in sync.placement]
+                _open_gates(memo, key[0], pods, replicas, sync, wanted=len(spec.adapters))
             with written.writer(key):
                 if written.current(key, body).get("adapters") == adapters:
                     continue
@@ -71,3 +83,24 @@ def adapter_cycle(memo: OperatorMemo, indexes: Indexes, written: WrittenStatus) 
                     body,
                     memo.kube.patch_llamaservice_status(namespace=namespace, name=name, status=patch),
                 )
+
+
+def _open_gates(
+    memo: OperatorMemo,
+    namespace: str,
+    pods: Sequence[Mapping[str, Any]],
+    replicas: Mapping[str, str],
+    sync: AdapterSync,
+    *,
+    wanted: int,
+) -> None:
+    now = datetime.now(UTC)
+    for pod in pods:
+        name = str((pod.get("metadata") or {}).get("name"))
+        if name not in replicas or name in sync.unreachable or _condition(pod, ADAPTERS_READINESS_GATE):
+            continue
+        loaded = sum(1 for placed in sync.placement if name in placed.replicas)
+        memo.kube.set_pod_condition(
+            namespace=namespace, name=name, condition=gate_condition(loaded, wanted, now)
+        )
+        log.info("adapters: %s/%s has %d of %d adapters: ready to serve", namespace, name, loaded, wanted)

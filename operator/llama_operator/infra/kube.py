@@ -227,6 +227,28 @@ class Kube:
             return False
         return True
 
+    def set_pod_condition(self, *, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
+        """One condition of a pod's status (a readiness gate's), by a strategic merge on the conditions' type;
+        a pod gone meanwhile is no error."""
+        # The generated client would send a JSON patch (its first content type); a strategic merge patch
+        # merges conditions by type, so the kubelet's own are kept.
+        try:
+            self.api_client.call_api(
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                "PATCH",
+                header_params={
+                    "Content-Type": "application/strategic-merge-patch+json",
+                    "Accept": "application/json",
+                },
+                body={"status": {"conditions": [dict(condition)]}},
+                auth_settings=["BearerToken"],
+                response_type="object",
+                _return_http_data_only=True,
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
     def patch_llamaservice_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any] | None:

@@ -138,9 +138,18 @@ def lora_capacity(
     )
 
 
-def check_adapters(adapters: Sequence[LoRAAdapter], *, served_name: str, has_cache_claim: bool) -> None:
-    """What the CRD cannot check alone: the served name defaults to metadata.name, and a path on the cache
-    volume needs a volume that outlives the pod."""
+def check_adapters(
+    adapters: Sequence[LoRAAdapter], *, served_name: str, has_cache_claim: bool, has_api_key: bool = False
+) -> None:
+    """What the CRD cannot check alone: the served name defaults to metadata.name, a path on the cache
+    volume needs a volume that outlives the pod, and the operator loads adapters through an API that vLLM's
+    key guards."""
+    if adapters and has_api_key:
+        raise PlanningError(
+            "spec.adapters cannot be loaded into replicas that require an API key (spec.engine.apiKeySecretRef): "
+            "the operator loads adapters through vLLM's API and does not read tenants' Secrets; remove one of the "
+            "two (put the key check in a gateway in front of the router)"
+        )
     for index, adapter in enumerate(adapters):
         if adapter.name == served_name:
             raise PlanningError(

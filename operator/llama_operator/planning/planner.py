@@ -1098,6 +1098,7 @@ def plan_service(
         spec.adapters,
         served_name=served_name,
         has_cache_claim=cache is not None and cache.persistent_volume_claim is not None,
+        has_api_key=spec.engine.api_key_secret_ref is not None,
     )
     args, arg_notes = _vllm_args(spec, served_name, sized, config, request)
     notes += arg_notes
