@@ -112,13 +112,31 @@ class MetricsView:
     def latest_scrape(self, now: float) -> FleetSnapshot | None:
         return self._scrape_at(now)
 
-    def signals(self, now: float, window: float, percentile: float) -> Signals:
-        """The `Signals` the operator's PromQL would return at `now` over `window` (with what the
-        activator reported, when there is one)."""
+    def signals(
+        self, now: float, window: float, percentile: float, burst_window: float | None = None
+    ) -> Signals:
+        """The `Signals` the operator's PromQL would return at `now` over `window`, with the rates over
+        `burst_window` when given (and what the activator reported, when there is one)."""
         signals = self._prometheus_signals(now, window, percentile)
+        if burst_window is not None and signals.status is not SignalStatus.NO_DATA:
+            signals = self._with_burst_rates(signals, now, burst_window)
         if not self.activator_available and self.demand_time is None:
             return signals
         return replace(signals, demand_time=self.demand_time, activator_available=self.activator_available)
+
+    def _with_burst_rates(self, signals: Signals, now: float, window: float) -> Signals:
+        """The rates over the burst window, as the operator's second, short-window queries give them."""
+        latest = self._scrape_at(now)
+        earlier = self._scrape_at(now - window)
+        if latest is None or earlier is None or earlier.time >= latest.time:
+            return signals
+        span = latest.time - earlier.time
+        return replace(
+            signals,
+            burst_request_rate=(latest.first_tokens_total - earlier.first_tokens_total) / span,
+            burst_prompt_token_rate=(latest.prompt_tokens_total - earlier.prompt_tokens_total) / span,
+            burst_window_seconds=span,
+        )
 
     def _prometheus_signals(self, now: float, window: float, percentile: float) -> Signals:
         latest = self._scrape_at(now)

@@ -28,6 +28,7 @@ class SloPolicy:
     plan: Plan | None = None  # the planner's plan: its step model seeds the decode capacity (TPOT)
     evaluation_interval: int = 5
     signal_window: float = 20.0  # rate window: four 5 s scrapes
+    burst_window: float | None = 5.0  # the burst window: the latest scrape interval
     tuning: PolicyTuning = DEFAULT_TUNING
     name: str = "slo"
     state: AutoscalerState = field(default_factory=AutoscalerState)
@@ -53,7 +54,7 @@ class SloPolicy:
         return self.spec.min_replicas
 
     def evaluate(self, view: MetricsView, now: float) -> int:
-        signals = view.signals(now, self.signal_window, self.spec.slo.percentile)
+        signals = view.signals(now, self.signal_window, self.spec.slo.percentile, self.burst_window)
         decision = decide(self.spec, signals, self.state, now, self.tuning)
         # Round-trip through the status JSON, as the operator persists it between evaluations.
         self.state = AutoscalerState.model_validate(decision.state.to_wire())

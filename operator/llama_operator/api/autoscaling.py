@@ -160,6 +160,14 @@ class AutoscalerState(WireModel):
             description="The held request's time that woke the service from zero, until a replica is ready."
         ),
     ] = None
+    burst_since: Annotated[
+        Time | None,
+        Field(
+            description="Since when every evaluation has seen the load of the burst window (a scrape or two) "
+            "beyond the noise of the rate window's: a burst, met at once once confirmed, and the replicas "
+            "it needs are held while it lasts."
+        ),
+    ] = None
     decided_replicas: Annotated[
         int | None,
         Field(

@@ -85,6 +85,14 @@ class PolicyTuning:
     # the budget. Each one-minute window's percentile is a sample of a few hundred requests: sized at
     # exactly the SLO's tail, about half the windows of a steady load end above it.
     window_tail_share: float = 0.2
+    # The burst response (Knative's panic mode in spirit): the load of the burst window (a scrape or two,
+    # Signals.burst_*), less this many Poisson standard deviations of its count, sizes the replicas at
+    # once when it needs more than the rate window's load and the replicas there are, and holds the
+    # replicas it needs while it lasts. None: off.
+    burst_noise_sigmas: float | None = 2.0
+    # ... once every evaluation for this long has seen a burst: a single burst window beyond 2 sigmas
+    # comes by chance a few times an hour at a steady load; two in a row do not.
+    burst_confirm_seconds: float = 5.0
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -111,6 +119,7 @@ class Decision:
 class _Need:
     replicas: int
     why: str
+    burst: bool = False  # sized from the burst window: taken at once, no confirmation
 
 
 def decide(
@@ -167,85 +176,106 @@ def _decide(
     now: float,
     tuning: PolicyTuning,
 ) -> Decision:
+    """The cases that leave the sizing out (at zero, a wake nobody waits for, no data, idle long enough
+    to go to zero), else `_serve`."""
     current = signals.current_replicas
-    # While serving, at least one replica: zero is reached only through the idle rule below.
-    low, high = spec.replica_bounds
     if spec.scale_to_zero and current == 0:
         return _at_zero(spec, signals, state, now)
-
     if _wake_timed_out(spec, signals, state, now):
         return _abandon_wake(spec, signals, state, now)
     if signals.status is SignalStatus.NO_DATA:
+        low, high = spec.replica_bounds
         return _hold_without_data(signals, state, now, low, high)
-
     idle_since = _idle_since(spec, signals, state, now)
     idle_long_enough = idle_since is not None and now - idle_since >= spec.scale_to_zero_after_seconds
     if idle_long_enough and idle_since is not None and signals.activator_available:
         return _to_zero(spec, signals, state, now, idle_since)
+    return _serve(spec, signals, state, now, tuning, idle_since=idle_since)
+
+
+@dataclass(frozen=True, slots=True)
+class _Burst:
+    """What the burst window says this evaluation: its need (None when its load is within the noise of
+    the rate window's) and since when every evaluation has seen one (status: burstSince)."""
+
+    need: _Need | None
+    since: float | None
+
+    def acts(self, need: _Need, current: int, now: float, tuning: PolicyTuning) -> bool:
+        """Seen for `burst_confirm_seconds` (one lucky burst window is not a burst) and needing more than
+        the rate window and the replicas there are: it sizes the replicas at once."""
+        return (
+            self.need is not None
+            and self.since is not None
+            and now - self.since >= tuning.burst_confirm_seconds
+            and self.need.replicas > max(need.replicas, current)
+        )
+
+    @property
+    def floor(self) -> int:
+        """While a burst is seen, the replicas its load needs are not removed."""
+        return 0 if self.need is None else self.need.replicas
+
+
+def _serve(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+    *,
+    idle_since: float | None,
+) -> Decision:
+    """A serving service: the need, then up, down or hold, and the state to remember."""
+    current = signals.current_replicas
+    low, high = spec.replica_bounds
     slo_met = _slo_met(spec, signals)
     capacity, corrected_time = _update_capacity(spec, signals, state, now, tuning)
     breach_since = _persistent_breach_since(slo_met, signals, state, now)
+    burst = _Burst(None, None)
     if signals.status is SignalStatus.IDLE:
-        need = _Need(low, "idle: no requests in the window")
-        if idle_since is not None:
-            idle_for = now - idle_since
-            need = _Need(
-                low,
-                f"idle for {idle_for:.0f}s of scaleToZeroAfterSeconds {spec.scale_to_zero_after_seconds}s",
-            )
-            if idle_for >= spec.scale_to_zero_after_seconds:  # and no activator: see above
-                need = _Need(low, "idle, but no activator is ready to hold requests: not scaling to zero")
+        need = _idle_need(spec, idle_since, now)
     else:
-        breach_seconds = 0.0 if breach_since is None else now - breach_since
-        absorbing = signals.starting_replicas > 0 or (
-            state.last_starting_time is not None and now - state.last_starting_time < signals.window_seconds
-        )
-        need = _needed_replicas(
-            spec, signals, capacity, breach_seconds=breach_seconds, absorbing=absorbing, tuning=tuning
-        )
-        decode = _replicas_by_decode(spec, signals, state, tuning, breach_seconds=breach_seconds)
-        if decode is not None and decode.replicas > need.replicas:
-            need = decode
+        need = _load_need(spec, signals, state, capacity, tuning, breach_since=breach_since, now=now)
+        burst = _observe_burst(spec, signals, state, capacity, tuning, now=now)
+        if burst.acts(need, current, now, tuning) and burst.need is not None:
+            need = burst.need
 
     recommended = min(max(need.replicas, low), high)
-    # No history (autoscaling just enabled, or state lost): the stabilization window starts now, with the
-    # count the autoscaler last decided (else the replicas running) taken as needed until then, so the first
-    # evaluation never scales down at once, and a hand scale is not taken as demand.
-    running = _own_count(spec, state, current)
-    seed = [Recommendation(time=now, replicas=running)] if recommended < running else []
-    previous = state.recommendations or seed
-    history = _remember(previous, now, recommended, spec, tuning)
+    history = _history(spec, state, recommended, current=current, now=now, tuning=tuning)
     window = _stabilization_window(history, now, spec, tuning)
     stabilized = _highest_since(history, now - window)
     limited = need.replicas > high
     limited_message = f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}" if limited else None
 
-    desired = current
-    last_down = state.last_scale_down_time
-    if recommended > current and _unconfirmed(
-        recommended,
-        history,
-        now,
-        signals=signals,
-        slo_met=slo_met,
-        capacity=capacity,
-        spec=spec,
-        tuning=tuning,
+    desired, reason = current, f"steady at {current}: {need.why}"
+    if (
+        recommended > current
+        and not need.burst
+        and _unconfirmed(
+            recommended,
+            history,
+            now,
+            signals=signals,
+            slo_met=slo_met,
+            capacity=capacity,
+            spec=spec,
+            tuning=tuning,
+        )
     ):
         reason = (
             f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
             f"{tuning.scale_up_confirm_seconds:.0f}s"
         )
     elif recommended > current:
-        desired = recommended
-        reason = f"scale up {current} -> {desired}: {need.why}"
+        desired, reason = recommended, f"scale up {current} -> {recommended}: {need.why}"
+    elif recommended < current and burst.floor >= current and burst.need is not None:
+        reason = f"holding {current}: {need.why}, but {burst.need.why}"
     elif recommended < current:
         desired, reason = _scale_down(
-            spec, tuning, current=current, need=need, stabilized=stabilized, window=window,
-            slo_met=slo_met, last_down=last_down, now=now, low=low,
+            spec, tuning, current=current, need=need, stabilized=max(stabilized, burst.floor), window=window,
+            slo_met=slo_met, last_down=state.last_scale_down_time, now=now, low=low,
         )  # fmt: skip
-    else:
-        reason = f"steady at {current}: {need.why}"
 
     changed = desired != current
     new_state = state.model_copy(
@@ -253,6 +283,7 @@ def _decide(
             "recommendations": history,
             "no_data_since": None,
             "slo_breach_since": breach_since,
+            "burst_since": burst.since,
             "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
             "capacity_tokens_per_second": capacity,
             "capacity_corrected_time": corrected_time,
@@ -262,7 +293,7 @@ def _decide(
             else state.activation_requested_time,
             "last_scale_time": now if changed else state.last_scale_time,
             "last_scale_up_time": now if desired > current else state.last_scale_up_time,
-            "last_scale_down_time": now if desired < current else last_down,
+            "last_scale_down_time": now if desired < current else state.last_scale_down_time,
         }
     )
     return Decision(
@@ -274,6 +305,92 @@ def _decide(
         limited_message=limited_message,
         slo_met=slo_met,
     )
+
+
+def _idle_need(spec: AutoscalingSpec, idle_since: float | None, now: float) -> _Need:
+    """No request in the window: minReplicas (zero is reached only through the idle rule, with an
+    activator)."""
+    low = spec.replica_bounds[0]
+    if idle_since is None:
+        return _Need(low, "idle: no requests in the window")
+    idle_for = now - idle_since
+    if idle_for >= spec.scale_to_zero_after_seconds:  # and no activator: `_decide` went to zero otherwise
+        return _Need(low, "idle, but no activator is ready to hold requests: not scaling to zero")
+    return _Need(
+        low, f"idle for {idle_for:.0f}s of scaleToZeroAfterSeconds {spec.scale_to_zero_after_seconds}s"
+    )
+
+
+def _load_need(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    capacity: float | None,
+    tuning: PolicyTuning,
+    *,
+    breach_since: float | None,
+    now: float,
+) -> _Need:
+    """Replicas the rate window's load needs: the larger of the TTFT-driven and the TPOT-driven need."""
+    breach_seconds = 0.0 if breach_since is None else now - breach_since
+    absorbing = signals.starting_replicas > 0 or (
+        state.last_starting_time is not None and now - state.last_starting_time < signals.window_seconds
+    )
+    need = _needed_replicas(
+        spec, signals, capacity, breach_seconds=breach_seconds, absorbing=absorbing, tuning=tuning
+    )
+    decode = _replicas_by_decode(spec, signals, state, tuning, breach_seconds=breach_seconds)
+    return decode if decode is not None and decode.replicas > need.replicas else need
+
+
+def _history(
+    spec: AutoscalingSpec,
+    state: AutoscalerState,
+    recommended: int,
+    *,
+    current: int,
+    now: float,
+    tuning: PolicyTuning,
+) -> list[Recommendation]:
+    """The recommendations with this one remembered. No history (autoscaling just enabled, or state lost):
+    the stabilization window starts now, with the count the autoscaler last decided (else the replicas
+    running) taken as needed until then, so the first evaluation never scales down at once, and a hand
+    scale is not taken as demand."""
+    running = _own_count(spec, state, current)
+    seed = [Recommendation(time=now, replicas=running)] if recommended < running else []
+    return _remember(state.recommendations or seed, now, recommended, spec, tuning)
+
+
+def _observe_burst(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    capacity: float | None,
+    tuning: PolicyTuning,
+    *,
+    now: float,
+) -> _Burst:
+    """The burst window's load, at its lower noise bound (its rate less `burst_noise_sigmas` Poisson
+    standard deviations of its count), against the rate window's: a burst when it is above it, sized by
+    the same queueing model at the mean prompt (the prompt tail is the rate window's to judge: a few
+    seconds of prompts are too few for a percentile)."""
+    rate, window, sigmas = signals.burst_request_rate, signals.burst_window_seconds, tuning.burst_noise_sigmas
+    if sigmas is None or capacity is None or not rate or not window or signals.request_rate <= 0:
+        return _Burst(None, None)
+    lower = rate - sigmas * math.sqrt(rate / window)
+    if lower <= signals.request_rate:
+        return _Burst(None, None)
+    prompt = signals.prompt_token_rate / signals.request_rate
+    load = replace(
+        signals, request_rate=lower, prompt_token_rate=lower * prompt, prompt_tokens_percentile=None
+    )
+    replicas = _replicas_by_queueing(spec, load, capacity, tuning)
+    why = (
+        f"a burst: {rate:.2f} req/s in the last {window:.0f}s (at least {lower:.2f} beyond its noise, "
+        f"against {signals.request_rate:.2f} over {signals.window_seconds:.0f}s) needs {replicas}"
+    )
+    since = state.burst_since if state.burst_since is not None else now
+    return _Burst(_Need(replicas, why, burst=True), since)
 
 
 def _scale_down(

@@ -17,6 +17,8 @@ simulator fills it from its own scrapes. Intended PromQL, summed per LlamaServic
 - generation_token_rate:   sum(rate(vllm:generation_tokens_total[w]))
 - prompt_tokens_percentile: histogram_quantile(q, sum by (le) (rate(
                              vllm:request_prompt_tokens_bucket[w])))
+- burst_request_rate, burst_prompt_token_rate: request_rate and prompt_token_rate over the burst
+                           window `b` (a scrape or two) instead of `w`
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class Signals:
     demand_time: float | None = None
     # Whether an activator is there to hold requests: without one, zero replicas would refuse them.
     activator_available: bool = False
+    # The burst window: the request and prompt-token rates over a short window ending now (a scrape or
+    # two), where a sudden rise shows before the rate window has filled. None: not measured.
+    burst_request_rate: float | None = None
+    burst_prompt_token_rate: float | None = None
+    burst_window_seconds: float | None = None
 
     @classmethod
     def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:
