@@ -93,6 +93,42 @@ INVALID = [
     ),
 ]
 
+# LoRA adapters: names clients can send, sources on the cache or the hub, vLLM's ranks, unique names that are
+# not the base model's.
+ADAPTER = {"name": "sql", "source": "/models/adapters/sql"}
+INVALID += [
+    (
+        "adapter-upper-name",
+        {"adapters": [{**ADAPTER, "name": "SQL"}]},
+        ["spec.adapters[0].name", "should match"],
+    ),
+    (
+        "adapter-source-outside-cache",
+        {"adapters": [{**ADAPTER, "source": "/etc/secrets"}]},
+        ["spec.adapters[0].source", "should match"],
+    ),
+    (
+        "adapter-source-parent",
+        {"adapters": [{**ADAPTER, "source": "/models/../etc"}]},
+        ["spec.adapters[0].source", "should match"],
+    ),
+    ("adapter-rank-too-high", {"adapters": [{**ADAPTER, "rank": 1024}]}, ["spec.adapters[0].rank"]),
+    (
+        "adapter-twice",
+        {"adapters": [ADAPTER, {**ADAPTER, "source": "org/sql"}]},
+        ["spec.adapters[1]", "Duplicate"],
+    ),
+    (
+        "adapter-is-the-served-name",
+        {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct", "servedName": "sql"}, "adapters": [ADAPTER]},
+        ["an adapter's name must differ from the base model's served name"],
+    ),
+]
+# Without servedName the served name is metadata.name: the root rule sees it.
+INVALID += [
+    ("sql", {"adapters": [ADAPTER]}, ["an adapter's name must differ from the base model's served name"])
+]
+
 BAD_NAMES = ["x" * 64, "chat.v2", "1chat", "chat_v2", "Chat"]
 
 
