@@ -74,7 +74,13 @@ class NoMetrics:
 
     queries = 0
 
-    def fetch(self, views: Mapping[ServiceKey, ServiceView], *, window_seconds: float) -> dict[str, Signals]:
+    def fetch(
+        self,
+        views: Mapping[ServiceKey, ServiceView],
+        *,
+        window_seconds: float,
+        burst_window_seconds: float | None = None,
+    ) -> dict[str, Signals]:
         self.queries += 1
         return {}
 
@@ -192,7 +198,11 @@ class LightLoad:
     queries = 0
 
     def fetch(
-        self, views: Mapping[ServiceKey, ServiceView], *, window_seconds: float
+        self,
+        views: Mapping[ServiceKey, ServiceView],
+        *,
+        window_seconds: float,
+        burst_window_seconds: float | None = None,
     ) -> dict[ServiceKey, Signals]:
         self.queries += 1
         ttft = 0.2 + 0.001 * (self.queries % 7)

@@ -172,3 +172,31 @@ def test_each_service_reads_the_quantile_of_its_own_percentile() -> None:
     assert signals[A].tpot_percentile_seconds is None
     assert signals[A].prompt_tokens_percentile == 800.0
     assert signals[B].prompt_tokens_percentile is None
+
+
+def test_the_burst_window_is_the_latest_scrape_interval() -> None:
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60, burst_window_seconds=5)
+    assert queries["burst_request_rate"] == (
+        "sum by (namespace, llamaservice) (irate(vllm:time_to_first_token_seconds_count[15s]))"
+    )
+    assert (
+        queries["burst_prompt_tokens"]
+        == "sum by (namespace, llamaservice) (irate(vllm:prompt_tokens_total[15s]))"
+    )
+    assert "burst_request_rate" not in signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=60)
+
+
+def test_burst_rates_reach_the_signals_only_when_both_came_back() -> None:
+    results = {
+        "targets_up": [(lab(A), 2.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 3.0), (lab(B), 1.0)],
+        "burst_request_rate": [(lab(A), 12.0), (lab(B), 2.0)],
+        "burst_prompt_tokens": [(lab(A), 12_000.0)],
+    }
+    signals = assemble_signals(results, {A: view(), B: view()}, L, window_seconds=60, burst_window_seconds=5)
+    assert (signals[A].burst_request_rate, signals[A].burst_prompt_token_rate) == (12.0, 12_000.0)
+    assert signals[A].burst_window_seconds == 5
+    assert signals[B].burst_request_rate is None and signals[B].burst_window_seconds is None
+    unasked = assemble_signals(results, {A: view()}, L, window_seconds=60)
+    assert unasked[A].burst_request_rate is None

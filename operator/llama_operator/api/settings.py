@@ -309,6 +309,16 @@ class Settings(BaseModel):
     signal_window_seconds: Annotated[
         float, Field(description="Range of the autoscaler's rate and percentile queries.")
     ] = 60.0
+    burst_window_seconds: Annotated[
+        float,
+        Field(
+            description="Scrape interval of vLLM's metrics (the PodMonitor's is 5 s): the autoscaler's burst "
+            "response reads the request rate over the latest one and starts the replicas a sudden rise needs "
+            "before the rate window has filled. 0: no burst response.",
+            ge=0,
+            le=60,
+        ),
+    ] = 5.0
     pod_monitor: Annotated[
         Literal["auto", "always", "never"],
         Field(

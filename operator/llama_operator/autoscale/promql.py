@@ -76,10 +76,17 @@ def quantile_query_name(histogram: str, percentile: float) -> str:
 
 
 def signal_queries(
-    labels: SignalLabels, *, kv_metric: str, window_seconds: float, percentiles: Collection[float] = ()
+    labels: SignalLabels,
+    *,
+    kv_metric: str,
+    window_seconds: float,
+    percentiles: Collection[float] = (),
+    burst_window_seconds: float | None = None,
 ) -> dict[str, str]:
     """The cycle's queries, by name. `percentiles`: the SLO percentiles of the services (0..100); with
-    none, or more than MAX_PERCENTILE_QUERIES distinct ones, the histograms' bucket rates are queried."""
+    none, or more than MAX_PERCENTILE_QUERIES distinct ones, the histograms' bucket rates are queried.
+    `burst_window_seconds`: the scrape interval of vLLM's metrics; the burst window's rates are then
+    queried too, over the latest scrape interval (irate: the last two samples, within three intervals)."""
     by = f"{labels.namespace}, {labels.service}"
     w = f"{max(1, round(window_seconds))}s"
     distinct = sorted({float(p) for p in percentiles})
@@ -91,8 +98,16 @@ def signal_queries(
                 histograms[quantile_query_name(name, p)] = f"histogram_quantile({p / 100:g}, {rates})"
         else:
             histograms[f"{name}_buckets"] = rates
+    burst: dict[str, str] = {}
+    if burst_window_seconds:
+        b = f"{max(1, round(3 * burst_window_seconds))}s"
+        burst = {
+            "burst_request_rate": f"sum by ({by}) (irate({VLLM_TTFT}_count[{b}]))",
+            "burst_prompt_tokens": f"sum by ({by}) (irate({VLLM_PROMPT_TOKENS}[{b}]))",
+        }
     return {
         **histograms,
+        **burst,
         "request_rate": f"sum by ({by}) (rate({VLLM_TTFT}_count[{w}]))",
         "waiting": f"sum by ({by}) ({VLLM_WAITING})",
         "running": f"sum by ({by}) ({VLLM_RUNNING})",
@@ -132,8 +147,10 @@ def assemble_signals(
     labels: SignalLabels,
     *,
     window_seconds: float,
+    burst_window_seconds: float | None = None,
 ) -> dict[ServiceKey, Signals]:
-    """Signals per service from one cycle's query results. A query that failed is absent from `results`."""
+    """Signals per service from one cycle's query results. A query that failed is absent from `results`;
+    so is the burst window's, unless `burst_window_seconds` asked for it (the burst response then rests)."""
     per = {
         name: _by_service(results.get(name, ()), labels) for name in results if name not in _BUCKET_QUERIES
     }
@@ -149,6 +166,9 @@ def assemble_signals(
 
     out: dict[ServiceKey, Signals] = {}
     for key, view in services.items():
+        burst_rate = per.get("burst_request_rate", {}).get(key)
+        burst_prompt = per.get("burst_prompt_tokens", {}).get(key)
+        burst = bool(burst_window_seconds) and burst_rate is not None and burst_prompt is not None
         counts = {
             "ready_replicas": view.ready_replicas,
             "starting_replicas": view.starting_replicas,
@@ -181,5 +201,8 @@ def assemble_signals(
             ready_replicas=view.ready_replicas,
             starting_replicas=view.starting_replicas,
             current_replicas=view.current_replicas,
+            burst_request_rate=burst_rate if burst else None,
+            burst_prompt_token_rate=burst_prompt if burst else None,
+            burst_window_seconds=burst_window_seconds if burst else None,
         )
     return out

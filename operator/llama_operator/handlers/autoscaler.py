@@ -173,7 +173,11 @@ def autoscale_cycle(
     sent = source.queries
     try:
         views = {key: view for key, _, _, view in services}
-        signals = source.fetch(views, window_seconds=memo.settings.signal_window_seconds)
+        signals = source.fetch(
+            views,
+            window_seconds=memo.settings.signal_window_seconds,
+            burst_window_seconds=memo.settings.burst_window_seconds or None,
+        )
     except PrometheusUnavailableError as err:
         signals, error = {}, str(err)
         metrics.prometheus_errors.inc()

@@ -246,14 +246,23 @@ class PrometheusSignals:
             ) from None
 
     def fetch(
-        self, services: Mapping[ServiceKey, ServiceView], *, window_seconds: float
+        self,
+        services: Mapping[ServiceKey, ServiceView],
+        *,
+        window_seconds: float,
+        burst_window_seconds: float | None = None,
     ) -> dict[ServiceKey, Signals]:
-        """All services' signals; a query that fails leaves its signal out, which reads as no data."""
+        """All services' signals; a query that fails leaves its signal out, which reads as no data (the
+        burst window's: as no burst)."""
         kv_metric = resolve_kv_metric(self.query(probe_query()))
         results: dict[str, list[Sample]] = {}
         percentiles = {view.percentile for view in services.values()}
         for name, promql in signal_queries(
-            self.labels, kv_metric=kv_metric, window_seconds=window_seconds, percentiles=percentiles
+            self.labels,
+            kv_metric=kv_metric,
+            window_seconds=window_seconds,
+            percentiles=percentiles,
+            burst_window_seconds=burst_window_seconds,
         ).items():
             try:
                 results[name] = self.query(promql)
@@ -261,7 +270,13 @@ class PrometheusSignals:
                 raise  # no point asking the other queries of this cycle
             except PrometheusUnavailableError as err:
                 log.warning("signal %s unavailable: %s", name, err)
-        return assemble_signals(results, services, self.labels, window_seconds=window_seconds)
+        return assemble_signals(
+            results,
+            services,
+            self.labels,
+            window_seconds=window_seconds,
+            burst_window_seconds=burst_window_seconds,
+        )
 
 
 _SSL_REASON = re.compile(r"\[SSL(?:: [A-Z_]+)?\] ([^(']+?)\s*\(_ssl")
