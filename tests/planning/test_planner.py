@@ -48,7 +48,8 @@ def test_t4_kv_cache_is_near_the_design_estimate() -> None:
     assert p.gpu_memory_utilization == 0.9
     assert p.kv_cache_tokens == pytest.approx(330_000, rel=0.03)
     assert p.kv_cache_tokens % KV_BLOCK_TOKENS == 0
-    assert p.max_model_len == 131_072  # the model's context fits
+    # The model's 131072-token context fits, but the default leaves room for 16 sequences that long.
+    assert p.max_model_len == p.kv_cache_tokens // 16 // 256 * 256 < 131_072
     assert p.max_concurrency == pytest.approx(p.kv_cache_tokens / p.max_model_len, abs=0.01)
 
 
@@ -293,9 +294,10 @@ def test_explicit_max_model_len_too_big_states_the_largest() -> None:
     ):
         plan(spec({"type": "a10g"}, {"maxModelLen": 131_072}, model="meta-llama/Llama-3.1-8B-Instruct"))
     auto = plan(spec({"type": "a10g"}, model="meta-llama/Llama-3.1-8B-Instruct"))
-    exact = plan(spec({"type": "a10g"}, {"maxModelLen": auto.max_model_len}, model="meta-llama/Llama-3.1-8B"))
-    assert exact.max_model_len == auto.max_model_len
-    with pytest.raises(PlanningError, match=f"largest maxModelLen that fits is {auto.max_model_len}"):
+    largest = auto.kv_cache_tokens - auto.kv_cache_tokens % 256  # the default leaves room for 16 shorter ones
+    exact = plan(spec({"type": "a10g"}, {"maxModelLen": largest}, model="meta-llama/Llama-3.1-8B"))
+    assert exact.max_model_len == largest > auto.max_model_len
+    with pytest.raises(PlanningError, match=f"largest maxModelLen that fits is {largest}"):
         plan(
             spec(
                 {"type": "a10g"}, {"maxModelLen": auto.kv_cache_tokens + 16}, model="meta-llama/Llama-3.1-8B"

@@ -48,7 +48,7 @@ def note(p: Plan, start: str) -> str:
 def test_without_autoscaling_the_plan_keeps_vllms_defaults() -> None:
     p = plan(T4)
     assert "--max-num-batched-tokens" not in p.vllm_args and "--enforce-eager" not in p.vllm_args
-    assert p.max_num_batched_tokens == 0 and p.max_model_len == 131072
+    assert p.max_num_batched_tokens == 0
     assert p.decode_step_seconds > 0 and p.decode_seconds_per_context_token > 0
 
 
@@ -100,13 +100,21 @@ def test_an_explicit_max_num_seqs_stands_with_a_warning() -> None:
     assert "estimated to exceed the TPOT objective" in note(p, "maxNumSeqs 256 from the spec")
 
 
-def test_an_slo_services_context_leaves_room_for_concurrency() -> None:
-    # The case: on a 1g.10gb slice the full 131072-token context leaves room for ~1.2 sequences.
-    plain = plan(SLICE_1G10)
-    assert plain.max_model_len == 131072 and plain.max_concurrency < 1.5
+def test_every_services_context_leaves_room_for_concurrency() -> None:
+    # The case: on a 1g.10gb slice the full 131072-token context leaves room for ~1.24 sequences.
+    # A service with fixed replicas gets the same concurrency-aware default as an autoscaled one.
+    fixed = plan(SLICE_1G10)
+    assert fixed.max_model_len < 131072 and fixed.max_concurrency >= 16
+    assert fixed.kv_cache_tokens / 131072 < 1.5
+    assert "16 sequences" in note(fixed, f"maxModelLen {fixed.max_model_len}")
+    assert "fixed replicas too" in note(fixed, f"maxModelLen {fixed.max_model_len}")
     p = plan(SLICE_1G10, {"ttftSeconds": 1.0})
-    assert p.max_model_len < 131072 and p.max_concurrency >= 16
+    assert p.max_model_len == fixed.max_model_len and p.max_concurrency >= 16
     assert "16 sequences" in note(p, f"maxModelLen {p.max_model_len}")
+    # A model whose whole context fits 16 times keeps it, and says how many fit.
+    short = plan({"type": "h100-80gb"}, model="meta-llama/Meta-Llama-3-8B-Instruct")
+    assert short.max_model_len == 8192 and short.max_concurrency >= 16
+    assert "capped by the model's context" in note(short, "maxModelLen 8192")
     # With a TPOT objective, room for its batch.
     t = plan(SLICE_1G10, {"ttftSeconds": 1.0, "tpotSeconds": 0.05})
     assert t.max_model_len == 4096  # room for 39 of the batch's 48 at the shortest context served, and said

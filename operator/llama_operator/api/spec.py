@@ -330,7 +330,9 @@ class EngineSpec(WireModel):
     max_model_len: Annotated[
         int | None,
         Field(
-            description="Context length to serve. Default: the largest that fits, capped at the model's context.",
+            description="Context length to serve. Default: the longest that leaves KV-cache room for 16 "
+            "sequences that long (or the TPOT objective's batch), at least 4096 tokens, at most the model's "
+            "context.",
             ge=128,
             le=10_000_000,
         ),

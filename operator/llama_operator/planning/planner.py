@@ -122,8 +122,9 @@ MAX_CHUNK_TOKENS = 8192
 #   concurrency from it than it loses in step time;
 EAGER_KV_SHARE = 0.15
 # - without a TPOT objective, the default max-model-len leaves KV room for this many sequences of that
-#   length at once (an SLO service needs concurrency, not one 131072-token sequence).
-SLO_CONCURRENCY = 16
+#   length at once, for every service, autoscaled or with fixed replicas: a shared service needs
+#   concurrency, not one 131072-token sequence (a 1g.10gb slice holds 1.24 of those).
+DEFAULT_CONTEXT_CONCURRENCY = 16
 GPU_REPLICA_BASE_CPUS = 1
 GPU_REPLICA_CPUS_PER_GPU = 1
 GPU_REPLICA_BASE_MEMORY_BYTES = 4 * GIB
@@ -559,21 +560,27 @@ def _max_model_len(
     required: int,
     notes: list[str],
 ) -> int:
-    """--max-model-len: the spec's, else the longest the KV cache holds, shortened for an SLO service so
-    that several sequences fit at once."""
+    """--max-model-len: the spec's, else the longest context that leaves KV room for several sequences of
+    that length at once (DEFAULT_CONTEXT_CONCURRENCY, or the TPOT objective's batch), at least the shortest
+    context the operator serves."""
     shape = request.shape
     if request.max_model_len is not None:
         return request.max_model_len
     max_model_len = largest_max_model_len(kv_tokens, shape.max_context)
     if max_model_len < 1:
         raise _DoesNotFitError(f"no KV cache is left for {request.model_name} on {candidate.name}")
-    concurrency = SLO_CONCURRENCY if tuning is None or tuning.batch is None else tuning.batch
-    slo_len = kv_tokens // max(concurrency, 1)
-    slo_len -= slo_len % MAX_MODEL_LEN_STEP
-    if request.slo is not None and slo_len < max_model_len:
-        max_model_len = max(slo_len, min(required, max_model_len))
-        why = "the TPOT objective's batch" if tuning is not None and tuning.batch else "an SLO service"
-        if slo_len >= max_model_len:
+    concurrency = DEFAULT_CONTEXT_CONCURRENCY if tuning is None or tuning.batch is None else tuning.batch
+    shared_len = kv_tokens // max(concurrency, 1)
+    shared_len -= shared_len % MAX_MODEL_LEN_STEP
+    if shared_len < max_model_len:
+        max_model_len = max(shared_len, min(required, max_model_len))
+        if tuning is not None and tuning.batch:
+            why = "the TPOT objective's batch"
+        elif request.slo is not None:
+            why = "the default for every service, autoscaled or not"
+        else:
+            why = "the default for every service, fixed replicas too"
+        if shared_len >= max_model_len:
             notes.append(
                 f"maxModelLen {max_model_len}: leaves KV room ({kv_tokens} tokens) for {concurrency} "
                 f"sequences of that length at once ({why}), not one of the model's {shape.max_context}; "
@@ -583,11 +590,14 @@ def _max_model_len(
             notes.append(
                 f"maxModelLen {max_model_len}: the shortest context the operator serves; its KV cache "
                 f"({kv_tokens} tokens) holds {kv_tokens // max_model_len} sequences that long, fewer than "
-                f"the {concurrency} {why} wants (shorter ones share it)"
+                f"the {concurrency} ({why}; shorter ones share it)"
             )
     else:
         capped = "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
-        notes.append(f"maxModelLen {max_model_len}: the largest that fits, capped by {capped}")
+        notes.append(
+            f"maxModelLen {max_model_len}: the largest that fits, capped by {capped} (room for "
+            f"{kv_tokens // max_model_len} sequences that long)"
+        )
     return max_model_len
 
 
