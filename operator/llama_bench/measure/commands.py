@@ -12,7 +12,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from llama_bench.measure.vllm_probe import ProbeError, ProfileOptions, measure_profile, replay
+from llama_bench.measure.vllm_probe import (
+    ProbeError,
+    ProfileOptions,
+    measure_profile,
+    measure_speed,
+    replay,
+)
 from llama_bench.sim.accelerators import MODELS
 from llama_bench.sim.agreement import (
     Latencies,
@@ -20,10 +26,18 @@ from llama_bench.sim.agreement import (
     at_rate,
     capacity_rps,
     comparison_table,
+    pooled,
     simulated_latencies,
     trace_slice,
 )
-from llama_bench.sim.profile import MeasuredProfile, load_profile
+from llama_bench.sim.profile import (
+    HostSpeed,
+    MeasuredProfile,
+    at_speed,
+    drift,
+    load_profile,
+    speed_probe_points,
+)
 from llama_bench.sim.progress import Progress
 from llama_bench.sim.trace import BUNDLED_TRACES
 from llama_bench.sim.tracegen import GENERATED_TRACES, load_named
@@ -91,6 +105,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     rep.add_argument("--tolerance", type=float, default=0.25, help="relative error allowed (default 0.25)")
     rep.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
     rep.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    rep.add_argument(
+        "--speed-probes",
+        action="store_true",
+        help="probe the server's speed before and after each replay and simulate each at the speed the probes "
+        "around it found (a host whose speed drifts, a shared machine)",
+    )
+    rep.add_argument(
+        "--replays",
+        type=int,
+        default=1,
+        help="replays per level, their latencies pooled (default 1)",
+    )
     rep.set_defaults(func=run_replay)
 
 
@@ -145,22 +171,57 @@ def compare(
     model: str | None = None,
     api_key: str | None = None,
     progress: Progress | None = None,
+    replays: int = 1,
+    speed_probes: bool = False,
 ) -> list[LevelComparison]:
-    """Replay the slice at each level against the server and through the simulator."""
+    """Replay the slice at each level against the server and through the simulator, `replays` times per
+    level, the latencies of all of a level's replays pooled (on a shared host two replays of the same
+    requests differ by a third at TTFT p50 and more at p95). `speed_probes`: a speed probe
+    (`measure_speed`) before the first replay and after each, and each replay simulated with the profile at
+    the speed the probes around it found (`at_speed`): a host whose speed drifts between the profile and
+    the replays moves the real and the simulated latencies together. The offered rates stay the
+    profile's, so every run replays the same load."""
     replica = profile.replica_profile()
     requests = trace_slice(load_named(trace), count, max_prompt, max_output)
     capacity = capacity_rps(replica, requests)
     say: Progress = progress or (lambda _line: None)
     say(f"slice: {len(requests)} requests of {trace}; capacity by the profile {capacity:.1f} requests/s")
+    points = speed_probe_points(profile)
+
+    def probe() -> HostSpeed:
+        speed = asyncio.run(measure_speed(url, model, api_key, points))
+        prefill, decode = speed.ratios(profile)
+        say(f"speed probe: prefill x{prefill:.2f}, decode step x{decode:.2f} of the profile's")
+        return speed
+
     rows = []
     for level in levels:
         offered = at_rate(requests, level * capacity)
         say(f"level {level:g}x: {level * capacity:.1f} requests/s over {offered[-1].arrival:.1f}s")
-        timings = asyncio.run(replay(url, offered, model, api_key, say))
-        real = Latencies(tuple(t.ttft for t in timings), tuple(t.tpot for t in timings if t.tpot is not None))
-        simulated = simulated_latencies(replica, offered)
+        real: list[Latencies] = []
+        simulated: list[Latencies] = []
+        before = probe() if speed_probes else None
+        for _ in range(max(1, replays)):
+            timings = asyncio.run(replay(url, offered, model, api_key, say))
+            real.append(
+                Latencies(
+                    tuple(t.ttft for t in timings), tuple(t.tpot for t in timings if t.tpot is not None)
+                )
+            )
+            after = probe() if speed_probes else None
+            if before is not None and after is not None:
+                say(f"the host's speed moved by {drift(before, after):.0%} across the replay")
+            probes = [p for p in (before, after) if p is not None]
+            simulated.append(simulated_latencies(at_speed(profile, probes).replica_profile(), offered))
+            before = after
         rows.append(
-            LevelComparison(level, level * capacity, len(offered), real.figures(), simulated.figures())
+            LevelComparison(
+                level,
+                level * capacity,
+                len(offered) * len(real),
+                pooled(real).figures(),
+                pooled(simulated).figures(),
+            )
         )
     return rows
 
@@ -183,6 +244,8 @@ def run_replay(args: argparse.Namespace) -> int:
             model=args.model,
             api_key=_api_key(args),
             progress=_progress(started),
+            replays=args.replays,
+            speed_probes=args.speed_probes,
         )
     except (ValueError, ProbeError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 
-from llama_bench.sim.profile import DecodePoint, MeasuredProfile, PrefillPoint
+from llama_bench.sim.profile import DecodePoint, HostSpeed, MeasuredProfile, PrefillPoint
 from llama_bench.sim.progress import Progress
 from llama_bench.sim.trace import TraceRequest
 from llama_operator.catalog import vllm
@@ -211,12 +211,25 @@ async def _max_concurrency(client: VllmClient, probe: int, progress: Progress) -
             waited = True
             best_running = max(best_running, running)
         await asyncio.sleep(0.05)
-    _ok(await asyncio.gather(*tasks))
+    timings = _ok(await asyncio.gather(*tasks))
     if waited and best_running > 0:
         progress(f"max concurrency: {int(best_running)} running while others waited")
         return int(best_running), "measured"
+    admitted = admitted_together(timings)
+    if admitted < probe:
+        # The gauges are sampled between polls and a busy host may poll late: the streams' own first tokens
+        # tell the same, since a request that waited gets its first token only once a running one ended.
+        progress(f"max concurrency: {admitted} streams began before the first one ended, of {probe}")
+        return admitted, "measured"
     progress(f"max concurrency: no request waited with {probe} in flight; recording {probe} (a lower bound)")
     return probe, f"lower bound: {probe} concurrent requests never queued"
+
+
+def admitted_together(timings: Sequence[StreamTiming]) -> int:
+    """Of streams sent at once, how many got their first token before the first of them ended: the ones the
+    server ran together (the others waited for a place)."""
+    first_end = min(t.chunk_times[-1] for t in timings)
+    return sum(1 for t in timings if t.chunk_times[0] < first_end)
 
 
 def _mine(labels: dict[str, str], client: VllmClient) -> bool:
@@ -376,6 +389,23 @@ async def measure_profile(
         server_url=client.url,
         model_shape=options.model_shape,
     )
+
+
+async def measure_speed(
+    url: str,
+    model: str | None,
+    api_key: str | None,
+    points: tuple[int, int],
+    options: ProfileOptions | None = None,
+) -> HostSpeed:
+    """A speed probe (seconds): the median TTFT of `points[0]` prompt tokens alone, and the decode step of
+    `points[1]` streams with short prompts, measured as the profile measures them."""
+    options = options or ProfileOptions()
+    prompt_tokens, batch = points
+    async with VllmClient(url, model, api_key) as client:
+        ttfts = [_ok([await client.stream(prompt_tokens, 1)])[0].ttft for _ in range(options.repeats)]
+        point = await _decode_point(client, batch, 16, options.decode_tokens, options.point_seconds)
+    return HostSpeed(prompt_tokens, statistics.median(ttfts), batch, point.step_seconds)
 
 
 # -- replay ----------------------------------------------------------------------------------------

@@ -76,6 +76,11 @@ class Latencies:
         }
 
 
+def pooled(runs: Sequence[Latencies]) -> Latencies:
+    """Several runs' latencies as one sample."""
+    return Latencies(tuple(t for run in runs for t in run.ttft), tuple(t for run in runs for t in run.tpot))
+
+
 def simulated_latencies(profile: ReplicaProfile, requests: Sequence[TraceRequest]) -> Latencies:
     """One always-ready replica serving the requests, as the fleet simulator runs it."""
     result = simulate(

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,56 @@ class MeasuredProfile:
                 "prefillTokensPerSecond": self.replica_profile().prefill_tokens_per_second,
             },
         }
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpeed:
+    """A short probe of the server, taken beside a replay: the median TTFT of a prompt of `prompt_tokens`
+    alone, and the step of `batch` sequences decoding with short prompts; the profile holds both points,
+    so their ratios to it say how much faster or slower the host runs now than when it was profiled."""
+
+    prompt_tokens: int
+    prefill_seconds: float
+    batch: int
+    decode_step_seconds: float
+
+    def ratios(self, profile: MeasuredProfile) -> tuple[float, float]:
+        """(prefill, decode): this probe's times over the profile's at the same points."""
+        prefill = next(p for p in profile.prefill if p.prompt_tokens == self.prompt_tokens)
+        decode = min((d for d in profile.decode if d.batch == self.batch), key=lambda d: d.context_tokens)
+        return self.prefill_seconds / prefill.ttft_seconds, self.decode_step_seconds / decode.step_seconds
+
+
+def speed_probe_points(profile: MeasuredProfile) -> tuple[int, int]:
+    """The points a speed probe measures: the profile's longest prompt within one chunk (a prefill that
+    takes long enough to time) and its largest decode batch (short prompts)."""
+    within = [p.prompt_tokens for p in profile.prefill if p.prompt_tokens <= profile.max_num_batched_tokens]
+    prompt = max(within or [p.prompt_tokens for p in profile.prefill])
+    return prompt, max(d.batch for d in profile.decode)
+
+
+def drift(before: HostSpeed, after: HostSpeed) -> float:
+    """How far the host's speed moved between two probes (the larger relative change of the two points)."""
+    return max(
+        abs(after.prefill_seconds / before.prefill_seconds - 1),
+        abs(after.decode_step_seconds / before.decode_step_seconds - 1),
+    )
+
+
+def at_speed(profile: MeasuredProfile, probes: Sequence[HostSpeed]) -> MeasuredProfile:
+    """The profile as the host ran during the probes: its prefill points scaled by the probes' mean prefill
+    ratio to it, its decode points by the mean decode ratio. The profile's shape (how step time grows with
+    batch, context and prompt) is kept; only its speed is taken from the moment of the replay."""
+    if not probes:
+        return profile
+    ratios = [probe.ratios(profile) for probe in probes]
+    prefill = statistics.fmean(r[0] for r in ratios)
+    decode = statistics.fmean(r[1] for r in ratios)
+    return replace(
+        profile,
+        prefill=tuple(replace(p, ttft_seconds=p.ttft_seconds * prefill) for p in profile.prefill),
+        decode=tuple(replace(d, step_seconds=d.step_seconds * decode) for d in profile.decode),
+    )
 
 
 def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llama_bench.measure.vllm_probe import StreamTiming, decode_step_seconds
+from llama_bench.measure.vllm_probe import StreamTiming, admitted_together, decode_step_seconds
 
 STEP = 0.010
 PREFILL = 0.200  # a long prompt's prefill: every decoding stream waits this long
@@ -54,3 +54,15 @@ def test_the_median_over_streams_and_none_without_clean_gaps() -> None:
     assert decode_step_seconds([a, StreamTiming(0.0, 16, 8, posted=0.0)]) == decode_step_seconds([a])
     assert decode_step_seconds([a, b]) == pytest.approx(STEP, rel=1e-6)  # b itself decodes clean
     assert decode_step_seconds([_stream(0.0, 0.010, 3)]) is None  # two gaps: too few to tell a pace
+
+
+def test_streams_sent_at_once_tell_how_many_the_server_ran_together() -> None:
+    # Four sent at 0 to a server running two at a time: two stream from 0.1 to 1.0, the others start only
+    # once one has ended.
+    def stream(first: float, last: float) -> StreamTiming:
+        return StreamTiming(
+            sent=0.0, prompt_tokens=8, output_tokens=10, chunk_times=[first, last], posted=0.0
+        )
+
+    assert admitted_together([stream(0.1, 1.0), stream(0.1, 1.0), stream(1.01, 2.0), stream(1.02, 2.0)]) == 2
+    assert admitted_together([stream(0.1, 1.0), stream(0.2, 1.1)]) == 2  # all ran together
