@@ -212,10 +212,30 @@ def judge(
     """The verdict on each target for `targets.policy` on one trace; `missed` is `missed_windows` of its
     run."""
     ours = outcome.row(targets.policy)
+    changes = ours.replica_changes_per_hour
+    return [
+        _windows_verdict(outcome, ours, missed, targets),
+        _requests_verdict(outcome, ours, targets),
+        _dominance_verdict(outcome, ours),
+        _gpu_hours_verdict(outcome, ours, scenario, targets),
+        Verdict(
+            f"replica changes/h <= {targets.changes_per_hour:g}",
+            changes <= targets.changes_per_hour,
+            f"{changes:.1f}",
+            "" if changes <= targets.changes_per_hour else changes_why,
+        ),
+    ]
+
+
+def _windows_verdict(
+    outcome: TraceOutcome,
+    ours: RunSummary,
+    missed: tuple[list[int], dict[str, list[int]]],
+    targets: RobustnessTargets,
+) -> Verdict:
+    """One-minute windows within the SLO, with the causes of the missed ones and what the oracles reach."""
     oracle_t = outcome.row("oracle@")
     reactive = outcome.row("reactive-oracle@")
-    verdicts: list[Verdict] = []
-
     missed_minutes, causes = missed
     short = targets.windows - ours.windows_within_slo
     why = ""
@@ -225,26 +245,29 @@ def judge(
             for cause, ms in sorted(causes.items(), key=lambda c: -len(c[1]))
         )
         why += f"; oracle@ reaches {oracle_t.windows_within_slo:.1%}, reactive oracle {reactive.windows_within_slo:.1%}"
-    verdicts.append(
-        Verdict(
-            f"windows within SLO >= {targets.windows:.0%}",
-            ours.windows_within_slo >= targets.windows,
-            f"{ours.windows_within_slo:.2%}" + (f" ({short * 100:.2f} points short)" if short > 0 else ""),
-            why,
-        )
+    return Verdict(
+        f"windows within SLO >= {targets.windows:.0%}",
+        ours.windows_within_slo >= targets.windows,
+        f"{ours.windows_within_slo:.2%}" + (f" ({short * 100:.2f} points short)" if short > 0 else ""),
+        why,
     )
 
+
+def _requests_verdict(outcome: TraceOutcome, ours: RunSummary, targets: RobustnessTargets) -> Verdict:
+    """Requests within the SLO, judged only where oracle@ itself reaches the target."""
+    oracle_t = outcome.row("oracle@")
     applies = oracle_t.requests_within_slo >= targets.requests
     short = targets.requests - ours.requests_within_slo
-    verdicts.append(
-        Verdict(
-            f"requests within SLO >= {targets.requests:.0%}",
-            (ours.requests_within_slo >= targets.requests) if applies else None,
-            f"{ours.requests_within_slo:.2%}" + (f" ({short * 100:.2f} points short)" if short > 0 else ""),
-            "" if applies else f"oracle@ itself reaches only {oracle_t.requests_within_slo:.2%}",
-        )
+    return Verdict(
+        f"requests within SLO >= {targets.requests:.0%}",
+        (ours.requests_within_slo >= targets.requests) if applies else None,
+        f"{ours.requests_within_slo:.2%}" + (f" ({short * 100:.2f} points short)" if short > 0 else ""),
+        "" if applies else f"oracle@ itself reaches only {oracle_t.requests_within_slo:.2%}",
     )
 
+
+def _dominance_verdict(outcome: TraceOutcome, ours: RunSummary) -> Verdict:
+    """Whether a baseline run (tuned ones included) has at least our windows at no more GPU-hours."""
     dominators = [
         s
         for s in _baseline_runs(outcome)
@@ -260,39 +283,31 @@ def judge(
             f"{len(dominators)} run(s) dominate, e.g. {worst.policy}: {worst.windows_within_slo:.2%} windows at "
             f"{worst.gpu_hours:.2f} GPU-h (ours {ours.windows_within_slo:.2%} at {ours.gpu_hours:.2f})"
         )
-    verdicts.append(
-        Verdict(
-            "not dominated by static/HPA/KEDA/KPA (tuned included)",
-            not dominators,
-            f"{len(_baseline_runs(outcome))} baseline runs compared",
-            why,
-        )
+    return Verdict(
+        "not dominated by static/HPA/KEDA/KPA (tuned included)",
+        not dominators,
+        f"{len(_baseline_runs(outcome))} baseline runs compared",
+        why,
     )
 
+
+def _gpu_hours_verdict(
+    outcome: TraceOutcome, ours: RunSummary, scenario: Scenario, targets: RobustnessTargets
+) -> Verdict:
+    """GPU-hours against oracle@'s, with what a perfect but reactive sizing would need."""
+    oracle_t = outcome.row("oracle@")
+    reactive = outcome.row("reactive-oracle@")
     ratio = ours.gpu_hours / oracle_t.gpu_hours if oracle_t.gpu_hours else math.nan
     reactive_ratio = reactive.gpu_hours / oracle_t.gpu_hours if oracle_t.gpu_hours else math.nan
-    verdicts.append(
-        Verdict(
-            f"GPU-hours <= {targets.oracle_ratio:g}x oracle@",
-            ratio <= targets.oracle_ratio,
-            f"{ours.gpu_hours:.2f} = {ratio:.2f}x oracle@'s {oracle_t.gpu_hours:.2f}",
-            ""
-            if ratio <= targets.oracle_ratio
-            else f"{(ratio - targets.oracle_ratio) * 100:.0f} points over; perfect sizing learned a minute late "
-            f"and held {scenario.scale_down_stabilization_seconds // 60} min needs {reactive_ratio:.2f}x",
-        )
+    return Verdict(
+        f"GPU-hours <= {targets.oracle_ratio:g}x oracle@",
+        ratio <= targets.oracle_ratio,
+        f"{ours.gpu_hours:.2f} = {ratio:.2f}x oracle@'s {oracle_t.gpu_hours:.2f}",
+        ""
+        if ratio <= targets.oracle_ratio
+        else f"{(ratio - targets.oracle_ratio) * 100:.0f} points over; perfect sizing learned a minute late "
+        f"and held {scenario.scale_down_stabilization_seconds // 60} min needs {reactive_ratio:.2f}x",
     )
-
-    changes = ours.replica_changes_per_hour
-    verdicts.append(
-        Verdict(
-            f"replica changes/h <= {targets.changes_per_hour:g}",
-            changes <= targets.changes_per_hour,
-            f"{changes:.1f}",
-            "" if changes <= targets.changes_per_hour else changes_why,
-        )
-    )
-    return verdicts
 
 
 def _baseline_runs(outcome: TraceOutcome) -> list[RunSummary]:
