@@ -123,7 +123,7 @@ def test_bitsandbytes_is_refused_at_apply(repo: Path) -> None:
         ]
         enum = engine["properties"]["quantization"]["enum"]
         assert "bitsandbytes" not in enum
-        assert set(enum) == {"none", "awq", "gptq", "fp8"}
+        assert set(enum) == {"none", "awq", "gptq", "fp8", "int8"}
     with pytest.raises(InvalidSpecError) as err:
         parse_spec(
             {

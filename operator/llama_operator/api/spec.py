@@ -77,6 +77,9 @@ class Quantization(StrEnum):
     AWQ = "awq"
     GPTQ = "gptq"
     FP8 = "fp8"
+    # A W8A8 INT8 checkpoint in the compressed-tensors format (llm-compressor's, e.g. RedHatAI/*-quantized.w8a8):
+    # 8-bit weights and activations on vLLM's CUTLASS INT8 kernels (sm_75 to sm_90), or oneDNN's on the CPU.
+    INT8 = "int8"
 
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -323,8 +326,9 @@ class EngineSpec(WireModel):
     quantization: Annotated[
         Quantization,
         Field(
-            description="Weight quantization of the checkpoint (awq, gptq), or fp8 on-the-fly. (bitsandbytes is "
-            "not offered: the pinned vLLM has no such method.)"
+            description="Weight quantization of the checkpoint (awq, gptq; int8: a W8A8 INT8 checkpoint in the "
+            "compressed-tensors format, on GPUs from T4 to H200 and on the CPU, not on B200), or fp8 on-the-fly. "
+            "(bitsandbytes is not offered: the pinned vLLM has no such method.)"
         ),
     ] = Quantization.NONE
     max_model_len: Annotated[

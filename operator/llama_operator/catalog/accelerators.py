@@ -60,6 +60,11 @@ class ComputeCapability:
 BF16_MIN_CAPABILITY = ComputeCapability(8, 0)
 FLASH_ATTENTION_2_MIN_CAPABILITY = ComputeCapability(8, 0)
 FP8_MIN_CAPABILITY = ComputeCapability(8, 9)
+# W8A8 INT8 (compressed-tensors): vLLM's scheme needs sm_75 (CompressedTensorsW8A8Int8.get_min_capability),
+# and its CUTLASS kernels for sm_100 and later have no INT8 path (csrc/.../scaled_mm_c3x_sm100.cu:
+# "int8 not supported on SM100"): from Blackwell on, FP8 is the 8-bit format.
+INT8_W8A8_MIN_CAPABILITY = ComputeCapability(7, 5)
+INT8_W8A8_FIRST_UNSUPPORTED = ComputeCapability(10, 0)
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,16 @@ class Accelerator:
     @property
     def supports_fp8(self) -> bool:
         return self.compute_capability is not None and self.compute_capability.at_least(8, 9)
+
+    @property
+    def supports_int8_w8a8(self) -> bool:
+        # vLLM's CPU build runs W8A8 INT8 on its oneDNN kernel (CPUInt8ScaledMMLinearKernel).
+        cc = self.compute_capability
+        if cc is None:
+            return True
+        return cc.at_least(
+            INT8_W8A8_MIN_CAPABILITY.major, INT8_W8A8_MIN_CAPABILITY.minor
+        ) and not cc.at_least(INT8_W8A8_FIRST_UNSUPPORTED.major, INT8_W8A8_FIRST_UNSUPPORTED.minor)
 
     @property
     def supports_flash_attention_2(self) -> bool:

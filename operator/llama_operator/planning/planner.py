@@ -6,6 +6,7 @@ Pure: the node inventory comes in as an argument, configuration as a frozen data
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -23,6 +24,8 @@ from llama_operator.catalog.accelerators import (
     BUILTIN_CATALOG,
     FP8_MIN_CAPABILITY,
     GIB,
+    INT8_W8A8_FIRST_UNSUPPORTED,
+    INT8_W8A8_MIN_CAPABILITY,
     Accelerator,
     Catalog,
     MigProfile,
@@ -91,6 +94,11 @@ SERVER_HOST = "0.0.0.0"
 # the --attention-backend flag; the VLLM_ATTENTION_BACKEND variable was deprecated (vLLM PR 26315)
 # and is no longer read.
 PRE_AMPERE_ATTENTION_BACKEND = "TRITON_ATTN"
+# vLLM's name for the llm-compressor checkpoint format W8A8 INT8 checkpoints come in.
+COMPRESSED_TENSORS = "compressed-tensors"
+# Hub ids of 8-bit checkpoints (RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8, ...-int8): planned at
+# 16 bits when engine.quantization is none, so the plan says so.
+INT8_CHECKPOINT_NAME = re.compile(r"w8a8|int8", re.IGNORECASE)
 TRITON_ATTENTION_MIN_HEAD_DIM = 32
 
 GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
@@ -322,6 +330,14 @@ def _check_capabilities(request: _Request, candidate: Candidate) -> None:
             f"{FP8_MIN_CAPABILITY.minor} or newer: sm_89 l4, sm_90 h100-80gb); {where}: use quantization "
             "none, awq "
             "or gptq, or accelerator l4 or h100-80gb"
+        )
+    if request.quantization == Quantization.INT8 and not accel.supports_int8_w8a8:
+        raise PlanningError(
+            f"engine.quantization int8 (a W8A8 INT8 checkpoint) needs compute capability "
+            f"{INT8_W8A8_MIN_CAPABILITY.major}.{INT8_W8A8_MIN_CAPABILITY.minor} to "
+            f"{INT8_W8A8_FIRST_UNSUPPORTED.major - 1}.x: vLLM's INT8 kernels stop before Blackwell; "
+            f"{accel.type} is {accel.compute_capability}: use quantization fp8 (an FP8 checkpoint, or fp8 "
+            "on-the-fly from a 16-bit one) or an int8-capable accelerator (t4 to h200)"
         )
     if not accel.is_gpu and candidate.count != 1:
         raise PlanningError("accelerator.count must be 1 for cpu: a CPU replica runs one vLLM process")
@@ -926,6 +942,15 @@ def _vllm_args(
     if quantization is Quantization.FP8:
         # In-flight quantization of a 16-bit checkpoint: vLLM must be told.
         args += ["--quantization", quantization.value]
+    elif quantization is Quantization.INT8:
+        # The checkpoint's quantization_config (compressed-tensors) names the scheme; naming the format
+        # here makes vLLM refuse at start a checkpoint that is not one (16-bit, AWQ), which it would
+        # otherwise load at another size than the plan's.
+        args += ["--quantization", COMPRESSED_TENSORS]
+        notes.append(
+            "quantization int8: a W8A8 INT8 checkpoint, weights planned at 8 bits; --quantization "
+            f"{COMPRESSED_TENSORS} makes vLLM refuse a checkpoint in another format"
+        )
     elif quantization in (Quantization.AWQ, Quantization.GPTQ):
         # The checkpoint's quantization_config names the method; naming it here would force vLLM's
         # slower non-Marlin kernel on sm_80+ GPUs.
@@ -1100,6 +1125,12 @@ def plan_service(
             raise PlanningError(f"{error.message}; {_smallest_fitting(request, config)}") from None
     notes += placement.notes
     notes += sized.notes
+    if request.quantization is Quantization.NONE and INT8_CHECKPOINT_NAME.search(spec.model.name):
+        notes.append(
+            f"{spec.model.name} looks like an 8-bit checkpoint but engine.quantization is none: its weights are "
+            "planned at 16 bits (a smaller KV cache than it gets); set engine.quantization int8 for a W8A8 "
+            "INT8 checkpoint"
+        )
     candidate = sized.candidate
     accel = candidate.accelerator
     served_name = spec.model.served_name or name

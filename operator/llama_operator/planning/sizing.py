@@ -33,10 +33,12 @@ KV_BLOCK_TOKENS = 16
 MAX_MODEL_LEN_STEP = 256
 
 # Bytes per parameter of quantized linear layers (embeddings and lm_head stay in 16 bits):
-# fp8 one byte (per-tensor scales are negligible); AWQ/GPTQ 4-bit: half a byte plus an fp16
-# scale and zero per group of 128 (4 B/128 = 0.031).
+# fp8 one byte (per-tensor scales are negligible); W8A8 INT8 one byte (an fp32 scale per output
+# channel: 4 B per row of thousands); AWQ/GPTQ 4-bit: half a byte plus an fp16 scale and zero per
+# group of 128 (4 B/128 = 0.031).
 QUANTIZED_BYTES_PER_PARAMETER: dict[Quantization, float] = {
     Quantization.FP8: 1.0,
+    Quantization.INT8: 1.0,
     Quantization.AWQ: 0.5 + 4 / 128,
     Quantization.GPTQ: 0.5 + 4 / 128,
 }
