@@ -16,7 +16,7 @@ import logging
 import signal
 import time
 from collections import Counter as Tally
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ from llama_operator.activator.routing import (
     Caller,
     HoldCounts,
     Limits,
+    ServiceInfo,
     ServiceKey,
     admit_hold,
     forwarded_headers,
@@ -145,6 +146,13 @@ class RejectedError(Exception):
     def __init__(self, status: int, limit: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.limit, self.message, self.retry_after = status, limit, message, retry_after
+
+
+def draining_refusal() -> RejectedError:
+    """A replica that is stopping takes no new hold: the client retries on another."""
+    return RejectedError(
+        503, "draining", "this router replica is stopping; retry", retry_after=DRAIN_RETRY_AFTER
+    )
 
 
 @dataclass
@@ -445,9 +453,7 @@ class Router:
             service.activation_timeout_seconds if service is not None else 300.0, self.limits
         )
         if self.draining_until is not None:
-            raise RejectedError(
-                503, "draining", "this router replica is stopping; retry", retry_after=DRAIN_RETRY_AFTER
-            )
+            raise draining_refusal()
         counts = HoldCounts(sum(self.held_requests.values()), self.held_requests[key], self.held_bytes[key])
         refusal = admit_hold(self.limits, counts, body.size)
         if refusal is not None:
@@ -480,23 +486,10 @@ class Router:
                 remaining = received + timeout - now
                 if self.draining_until is not None and now >= self.draining_until:
                     self._end_wake(key, received)
-                    raise RejectedError(
-                        503,
-                        "draining",
-                        "this router replica is stopping; retry",
-                        retry_after=DRAIN_RETRY_AFTER,
-                    )
+                    raise draining_refusal()
                 if remaining <= 0:
                     self._end_wake(key, received)
-                    self.metrics.requests.labels(outcome="timed_out").inc()
-                    retry = retry_after_seconds(timeout)
-                    return error(
-                        503,
-                        f"LlamaService {key[0]}/{key[1]} has no ready replica after {timeout:g}s "
-                        f"(spec.autoscaling.activationTimeoutSeconds, capped by the platform); it is starting: "
-                        f"retry in {retry}s",
-                        retry_after=retry,
-                    )
+                    return self._hold_timed_out(key, timeout)
                 current = self.view.service(key)
                 if current is not None:
                     await self._report_demand(key, current.uid)
@@ -512,7 +505,43 @@ class Router:
         finally:
             release()
 
+    def _hold_timed_out(self, key: ServiceKey, timeout: float) -> web.Response:
+        """503 with Retry-After for a request held past its service's hold time."""
+        self.metrics.requests.labels(outcome="timed_out").inc()
+        retry = retry_after_seconds(timeout)
+        return error(
+            503,
+            f"LlamaService {key[0]}/{key[1]} has no ready replica after {timeout:g}s "
+            f"(spec.autoscaling.activationTimeoutSeconds, capped by the platform); it is starting: "
+            f"retry in {retry}s",
+            retry_after=retry,
+        )
+
     # --- forwarding ------------------------------------------------------------------------------------
+    def _adapter_candidates(
+        self, key: ServiceKey, service: ServiceInfo, endpoints: list[str], adapter: str, *, count: bool
+    ) -> list[str]:
+        """The pods that hold a LoRA adapter, those with it in vLLM's batch first while below their bound;
+        `count`: the pick's reason goes to the metrics (not again for a retry)."""
+        saturated_at = service.max_num_seqs
+        busy = {
+            ep
+            for ep in endpoints
+            if ep in self.kv_full
+            or (saturated_at and self.inflight[ep] + self.queued.get(ep, 0.0) >= saturated_at)
+        }
+        candidates, why = adapter_endpoints(
+            endpoints,
+            pod_of=self.view.endpoint_pods(key),
+            holders=service.holders(adapter),
+            active=self.active_adapters,
+            adapter=adapter,
+            busy=busy,
+        )
+        if count:
+            self.metrics.adapter_picks.labels(reason=why).inc()
+        return candidates
+
     async def _forward(
         self,
         request: web.Request,
@@ -524,9 +553,9 @@ class Router:
         received: float | None,
         adapter: str | None = None,
     ) -> web.StreamResponse:
-        """Send to the picked pod (for a LoRA adapter, one that holds it, preferably one with it loaded); a refused connection (nothing sent yet) tries another pod, then the same
-        ones again for a few seconds (a pod that just turned ready may not accept yet). Never after a byte
-        of the request went out."""
+        """Send to the picked pod (for a LoRA adapter, one that holds it, preferably one with it loaded); a
+        refused connection (nothing sent yet) tries another pod, then the same ones again for a few seconds
+        (a pod that just turned ready may not accept yet). Never after a byte of the request went out."""
         assert self.session is not None
         service = self.view.service(key)
         saturated_at = service.max_num_seqs if service is not None else 0
@@ -538,22 +567,7 @@ class Router:
                 key
             )
             if adapter is not None and service is not None:
-                busy = {
-                    ep
-                    for ep in endpoints
-                    if ep in self.kv_full
-                    or (saturated_at and self.inflight[ep] + self.queued.get(ep, 0.0) >= saturated_at)
-                }
-                endpoints, why = adapter_endpoints(
-                    endpoints,
-                    pod_of=self.view.endpoint_pods(key),
-                    holders=service.holders(adapter),
-                    active=self.active_adapters,
-                    adapter=adapter,
-                    busy=busy,
-                )
-                if not retry:
-                    self.metrics.adapter_picks.labels(reason=why).inc()
+                endpoints = self._adapter_candidates(key, service, endpoints, adapter, count=not retry)
             self.sequence += 1
             chosen = pick(
                 endpoints,
@@ -573,9 +587,7 @@ class Router:
                 # In vLLM's batch from now on; the next scrape of this pod says for how long.
                 self.active_adapters[endpoint] = self.active_adapters.get(endpoint, frozenset()) | {adapter}
             base = self.upstream_override or f"http://{endpoint}"
-            self.inflight[endpoint] += 1
-            self.metrics.inflight.inc()
-            try:
+            with self._in_flight(endpoint):
                 data: Any = body.data if body.data is not None else body.stream
                 upstream_cm = self.session.request(
                     request.method,
@@ -605,11 +617,19 @@ class Router:
                     return await self._relay(request, upstream, key, held_since)
                 finally:
                     await upstream_cm.__aexit__(None, None, None)
-            finally:
-                self.inflight[endpoint] -= 1
-                if self.inflight[endpoint] <= 0:
-                    del self.inflight[endpoint]
-                self.metrics.inflight.dec()
+
+    @contextlib.contextmanager
+    def _in_flight(self, endpoint: str) -> Iterator[None]:
+        """The request counts toward its pod's load (the picker's) while it is sent and relayed."""
+        self.inflight[endpoint] += 1
+        self.metrics.inflight.inc()
+        try:
+            yield
+        finally:
+            self.inflight[endpoint] -= 1
+            if self.inflight[endpoint] <= 0:
+                del self.inflight[endpoint]
+            self.metrics.inflight.dec()
 
     async def _relay(
         self,
