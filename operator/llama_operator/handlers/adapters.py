@@ -14,7 +14,7 @@ from typing import Any
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.times import rfc3339
-from llama_operator.catalog.vllm import VLLM_PORT
+from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import Indexes
@@ -33,14 +33,14 @@ def _condition(pod: Mapping[str, Any], kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
-def serving_replicas(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def serving_replicas(pods: Iterable[Mapping[str, Any]], port: int = VLLM_PORT) -> dict[str, str]:
     """Pod name -> host:port of the pods whose vLLM answers (ContainersReady: its probes pass; the pod itself
     is Ready only once its adapters are loaded, the readiness gate) and that are not going."""
     out: dict[str, str] = {}
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         if _condition(pod, "ContainersReady") and status.get("podIP") and not meta.get("deletionTimestamp"):
-            out[str(meta["name"])] = f"{status['podIP']}:{VLLM_PORT}"
+            out[str(meta["name"])] = f"{status['podIP']}:{port}"
     return out
 
 
@@ -56,7 +56,16 @@ def gate_condition(loaded: int, wanted: int, now: datetime) -> dict[str, str]:
     }
 
 
-def adapter_cycle(memo: OperatorMemo, indexes: Indexes, written: WrittenStatus) -> None:
+def adapter_cycle(
+    memo: OperatorMemo,
+    indexes: Indexes,
+    written: WrittenStatus,
+    *,
+    vllm_port: int = VLLM_PORT,
+    cache_path: str = MODEL_CACHE_PATH,
+) -> None:
+    """One pass over every LlamaService. `vllm_port` and `cache_path`: where the pods' vLLM listens and sees
+    the model cache (the operator's port and mount; a test's local server and directory)."""
     for key, store in list(indexes.llamaservices.items()):
         for body in list(store):
             if body["metadata"].get("deletionTimestamp"):
@@ -69,8 +78,10 @@ def adapter_cycle(memo: OperatorMemo, indexes: Indexes, written: WrittenStatus) 
             adapters: list[dict[str, object]] | None = None
             if plan is not None and plan.max_loras > 0:
                 pods = list(indexes.pods.get(key, []))
-                replicas = serving_replicas(pods)
-                sync = sync_adapters(spec.adapters, replicas, base_models=[plan.served_model_name])
+                replicas = serving_replicas(pods, vllm_port)
+                sync = sync_adapters(
+                    spec.adapters, replicas, base_models=[plan.served_model_name], cache_path=cache_path
+                )
                 adapters = [a.to_wire() for a in sync.placement]
                 _open_gates(memo, key[0], pods, replicas, sync, wanted=len(spec.adapters))
             with written.writer(key):

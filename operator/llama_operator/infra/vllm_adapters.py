@@ -18,6 +18,7 @@ from typing import Any
 
 from llama_operator.api.spec import LoRAAdapter
 from llama_operator.api.status import AdapterStatus
+from llama_operator.catalog.vllm import MODEL_CACHE_PATH
 from llama_operator.reconcile.adapters import (
     AdapterAction,
     adapter_actions,
@@ -106,8 +107,18 @@ def sync_adapters(
     *,
     base_models: Sequence[str] = (),
     api_key: str | None = None,
+    cache_path: str = MODEL_CACHE_PATH,
 ) -> AdapterSync:
-    """Bring every replica (pod name -> host:port) to hold exactly `wanted`: list, diff, load and unload."""
+    """Bring every replica (pod name -> host:port) to hold exactly `wanted`: list, diff, load and unload.
+    `cache_path`: where the replicas' vLLM sees the model cache volume that a source under /models/ names
+    (the pod mounts it at /models; a test's local server reads its own directory)."""
+    if cache_path != MODEL_CACHE_PATH:
+        wanted = [
+            a.model_copy(update={"source": cache_path + a.source.removeprefix(MODEL_CACHE_PATH)})
+            if a.source.startswith(MODEL_CACHE_PATH + "/")
+            else a
+            for a in wanted
+        ]
     loaded: dict[str, dict[str, str]] = {}
     unreachable: list[str] = []
     for replica, address in sorted(replicas.items()):
