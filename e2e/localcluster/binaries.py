@@ -27,6 +27,7 @@ from localcluster.config import (
     KUBECTL_LAYER_VERSION,
     KUBERNETES_VERSION,
     KWOK_VERSION,
+    LWS_VERSION,
     PROMETHEUS_MODULE_VERSION,
     PROMETHEUS_VERSION,
     CachePaths,
@@ -300,6 +301,13 @@ def ensure_endpoint_picker(cache: CachePaths, version: str = INFERENCE_EXTENSION
         f"sigs.k8s.io/gateway-api-inference-extension/cmd/lwepp@{version}",
         ldflags="-s -w",
     )
+
+
+def ensure_lws_controller(cache: CachePaths, version: str = LWS_VERSION) -> Path:
+    """LeaderWorkerSet's controller manager (sigs.k8s.io/lws/cmd): it turns a LeaderWorkerSet into a leader
+    StatefulSet and a worker StatefulSet per group, which is what the multi-node e2e watches land on kwok
+    nodes; built on demand, a few minutes once."""
+    return _go_install(cache, "lws-controller", version, f"sigs.k8s.io/lws/cmd@{version}", ldflags="-s -w")
 
 
 def _pip_download(package: str, version: str, dest: Path) -> Path:

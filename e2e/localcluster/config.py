@@ -12,6 +12,9 @@ KWOK_VERSION = "v0.8.0"
 # The Gateway API Inference Extension's reference endpoint picker (lwepp), for the InferencePool e2e only
 # (built on demand, not by cluster-up). Its v1 InferencePool CRD is the vendored v1.6.0 one, unchanged since.
 INFERENCE_EXTENSION_VERSION = "v1.6.2"
+# LeaderWorkerSet (kubernetes-sigs/lws): its controller, built from the module proxy for the multi-node e2e,
+# and its CRD (e2e/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml, from the same module's config/crd).
+LWS_VERSION = "v0.8.0"
 # Prometheus 3.x is published on the module proxy as github.com/prometheus/prometheus
 # v0.3MM.P for 3.MM.P. Debian's package is built without Kubernetes service discovery.
 PROMETHEUS_MODULE_VERSION = "v0.316.0"

@@ -24,6 +24,8 @@ import json
 import os
 import re
 import sys
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +97,9 @@ class ValueType:
     required: list[str] | None = None  # the keys a JSON object must have
     choices: list[str] | None = None  # when vLLM checks them after parsing, not the parser
     code_keys: list[str] | None = None  # the keys of a structured config that load code
+    # What each key of a JSON object takes, where vLLM checks it only at engine start (--speculative-config):
+    # {"kind": int|float|bool|str|choice|any, "optional": null allowed, "choices": [...], "bounds": {...}}.
+    keys: dict[str, dict[str, Any]] | None = None
 
 
 def _closure_callable(function: Any) -> Callable[..., Any] | None:
@@ -183,6 +188,81 @@ def _attention_backends() -> ValueType:
     )
 
 
+# SpeculativeConfig fields the engine fills itself (EngineArgs.create_speculative_config, post-init): not keys
+# a user gives.
+_SPECULATIVE_INTERNAL = frozenset(
+    {"target_model_config", "target_parallel_config", "draft_model_config", "draft_parallel_config"}
+)
+
+
+def _speculative_config() -> ValueType:
+    """--speculative-config is json.loads to the parser; EngineArgs.create_speculative_config then calls
+    SpeculativeConfig(**value) at engine start, so an unknown key ("methd") parses and crashes the pod."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    fields = [
+        f.name
+        for f in dataclasses.fields(SpeculativeConfig)
+        if f.init and f.name not in _SPECULATIVE_INTERNAL
+    ]
+    hints = typing.get_type_hints(SpeculativeConfig)
+    pydantic_fields = getattr(SpeculativeConfig, "__pydantic_fields__", {})
+    return ValueType(
+        "json-value",
+        none_allowed=True,
+        fields=sorted(fields),
+        keys={name: _key_kind(hints[name], pydantic_fields.get(name)) for name in sorted(fields)},
+    )
+
+
+def _literal_values(annotation: Any) -> list[str] | None:
+    """The values of a Literal, nested Literals flattened; None when the annotation is not only Literals."""
+    if typing.get_origin(annotation) is typing.Literal:
+        values: list[str] = []
+        for arg in typing.get_args(annotation):
+            nested = _literal_values(arg) if typing.get_origin(arg) is typing.Literal else [str(arg)]
+            if nested is None:
+                return None
+            values += nested
+        return values
+    return None
+
+
+def _key_kind(annotation: Any, info: Any) -> dict[str, Any]:
+    """What a config field accepts, in the JSON a user writes: its kind, None allowed, choices, bounds."""
+    import annotated_types
+
+    args = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else ()
+    )
+    optional = type(None) in args
+    members = [a for a in args if a is not type(None)] or [annotation]
+    kind: dict[str, Any] = {"kind": "any", "optional": optional}
+    if len(members) == 1:
+        member = members[0]
+        literal = _literal_values(member)
+        if literal is not None:
+            kind.update(kind="choice", choices=literal)
+        elif member in (bool, int, float, str):
+            kind["kind"] = member.__name__
+    bounds = {
+        attribute: getattr(item, attribute)
+        for item in (getattr(info, "metadata", None) or ())
+        for cls, attribute in (
+            (annotated_types.Gt, "gt"),
+            (annotated_types.Ge, "ge"),
+            (annotated_types.Lt, "lt"),
+            (annotated_types.Le, "le"),
+        )
+        if isinstance(item, cls)
+    }
+    if bounds:
+        kind["bounds"] = bounds
+    return kind
+
+
 def _lora_modules() -> ValueType:
     """--lora-modules items are `name=path` or a JSON object of LoRAModulePath (LoRAParserAction)."""
     from vllm.entrypoints.openai.models.protocol import LoRAModulePath
@@ -203,9 +283,11 @@ def describe(action: argparse.Action, bounds: dict[str, dict[str, float]]) -> di
     takes_value = action.nargs != 0 and not isinstance(
         action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
     )
-    # What vLLM checks after parsing, for the two flags whose checks are their own.
+    # What vLLM checks after parsing, for the flags whose checks are their own.
     if action.dest == "attention_backend":
         value_type = _attention_backends()
+    elif action.dest == "speculative_config":
+        value_type = _speculative_config()
     elif type(action).__name__ == "LoRAParserAction":
         value_type = _lora_modules()
     else:
@@ -235,6 +317,7 @@ def describe(action: argparse.Action, bounds: dict[str, dict[str, float]]) -> di
         "bounds": bounds.get(action.dest) if numeric else None,
         "loads_code": _loads_code(action.dest, action.help or ""),
         "code_keys": value_type.code_keys or None,
+        **({"keys": value_type.keys} if value_type.keys is not None else {}),
     }
 
 

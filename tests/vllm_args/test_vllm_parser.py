@@ -126,6 +126,26 @@ def _variants() -> list[dict[str, Any]]:
     for accel, ranks in (({"type": "a10g"}, [8, None]), ({"type": "cpu"}, [300]), ({"type": "l4"}, [1, 33])):
         adapters = [{"name": f"a{i}", "source": f"org/adapter-{i}", "rank": r} for i, r in enumerate(ranks)]
         specs.append({"model": model, "accelerator": accel, "adapters": adapters})
+    # A replica over two nodes (--pipeline-parallel-size, --distributed-executor-backend ray), INT8 W8A8
+    # (--quantization compressed-tensors), and speculative decoding with a draft model and with n-grams.
+    specs.append(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
+            "accelerator": {"type": "h100-80gb", "count": 8, "nodes": 2},
+        }
+    )
+    specs.append({"model": model, "accelerator": {"type": "t4"}, "engine": {"quantization": "int8"}})
+    for speculative in (
+        {"model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4},
+        {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+    ):
+        specs.append(
+            {
+                "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                "accelerator": {"type": "l4"},
+                "engine": {"extraArgs": ["--speculative-config", json.dumps(speculative)]},
+            }
+        )
     return specs
 
 

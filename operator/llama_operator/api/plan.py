@@ -116,6 +116,33 @@ class Plan(WireModel):
             "what the KV cache would otherwise have."
         ),
     ] = 0
+    nodes: Annotated[
+        int,
+        Field(
+            description="Nodes (pods) per replica: above 1, each replica is a LeaderWorkerSet group of this many "
+            "pods, count GPUs each, pipeline parallel across them."
+        ),
+    ] = 1
+    speculative_method: Annotated[
+        str | None,
+        Field(
+            description="Speculative decoding method vLLM runs (extraArgs' --speculative-config); unset: none."
+        ),
+    ] = None
+    draft_weight_bytes: Annotated[
+        int,
+        Field(
+            description="Accelerator memory per GPU (host memory on a CPU replica) the speculative draft model's "
+            "weights take, out of what the KV cache would otherwise have."
+        ),
+    ] = 0
+    draft_kv_bytes_per_token: Annotated[
+        int,
+        Field(
+            description="KV-cache bytes per token of the draft model, held beside the target's in every block "
+            "(kvBytesPerToken includes them)."
+        ),
+    ] = 0
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )

@@ -249,7 +249,24 @@ class AcceleratorSpec(WireModel):
     ] = None
     count: Annotated[
         int,
-        Field(description="GPUs per replica (tensor parallel size). Must be 1 with a MIG slice.", ge=1, le=8),
+        Field(
+            description="GPUs per replica (tensor parallel size), per node with nodes > 1. Must be 1 with a MIG "
+            "slice.",
+            ge=1,
+            le=8,
+        ),
+    ] = 1
+    nodes: Annotated[
+        int,
+        Field(
+            description="Nodes per replica, for a model larger than one node: each replica is a group of this many "
+            "pods, one per node with count GPUs each (a LeaderWorkerSet group; vLLM's Ray backend, tensor parallel "
+            "count within a node, pipeline parallel across the nodes). Needs the LeaderWorkerSet API "
+            "(leaderworkerset.x-k8s.io) in the cluster. Default 1: one pod per replica. With type auto, the "
+            "planner chooses more than one node only where no single node fits.",
+            ge=1,
+            le=16,
+        ),
     ] = 1
     # The GPU Operator's MIG strategy is the cluster's; in a cluster the nodes say it. This says which the
     # service expects where no node says (offline `plan`), or picks one where nodes of both offer the slice.
@@ -284,6 +301,11 @@ class AcceleratorSpec(WireModel):
 
     @model_validator(mode="after")
     def _mig_rules(self) -> AcceleratorSpec:
+        if self.nodes > 1 and (self.mig is not None or self.type == AcceleratorType.CPU):
+            raise ValueError(
+                "accelerator.nodes > 1 spreads a replica over whole GPUs of several nodes: remove mig, or use "
+                "a GPU type (not cpu), or set nodes to 1"
+            )
         if self.mig is None:
             if self.mig_strategy is not None:
                 raise ValueError("accelerator.migStrategy applies to a MIG slice: set mig too, or remove it")

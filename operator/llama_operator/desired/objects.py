@@ -427,5 +427,15 @@ def build_desired_state(
         absent.append(("policy/v1", "PodDisruptionBudget", name))
     if pod_monitor:
         objects.append(build_pod_monitor(svc, settings))
-    objects.append(build_deployment(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor))
+    if plan.nodes > 1:
+        # A replica over several nodes: a LeaderWorkerSet group per replica, in place of the Deployment.
+        # (Imported here: the builder reuses this module's pod template.)
+        from llama_operator.desired.leader_worker_set import build_leader_worker_set  # noqa: PLC0415
+
+        objects.append(
+            build_leader_worker_set(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor)
+        )
+        absent.append(("apps/v1", "Deployment", name))
+    else:
+        objects.append(build_deployment(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor))
     return DesiredState(objects=objects, absent=absent)

@@ -45,7 +45,7 @@ OWNED_FLAGS: dict[str, str] = {
     "gpu_memory_utilization": "set spec.engine.gpuMemoryUtilization",
     "kv_cache_memory_bytes": "set spec.engine.gpuMemoryUtilization (the planner sizes the KV cache)",
     "tensor_parallel_size": "set spec.accelerator.count",
-    "pipeline_parallel_size": "set spec.accelerator.count (the planner sizes tensor parallelism)",
+    "pipeline_parallel_size": "set spec.accelerator.nodes (a replica over several nodes, pipeline parallel)",
     "data_parallel_size": "set spec.replicas or spec.autoscaling (one engine per pod)",
     "quantization": "set spec.engine.quantization",
     "enable_prefix_caching": "set spec.engine.prefixCaching",
@@ -217,6 +217,17 @@ _JSON_OBJECT_TYPES = _STRUCTURED_TYPES | {"lora-module"}
 
 
 @dataclass(frozen=True)
+class KeyKind:
+    """What one key of a flag's JSON object takes, where vLLM checks it only at engine start (the fields of
+    SpeculativeConfig): a misspelled key or a wrong value would parse and crash the pod."""
+
+    kind: str  # int, float, bool, str, choice or any
+    optional: bool = False  # null allowed
+    choices: tuple[str, ...] | None = None
+    bounds: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
 class Flag:
     names: tuple[str, ...]
     dest: str
@@ -230,6 +241,7 @@ class Flag:
     required: frozenset[str] | None = None  # the keys its JSON object must have
     loads_code: bool = False  # it imports or loads code (its name or help text says so)
     code_keys: frozenset[str] = frozenset()  # the keys of a structured config that load code
+    keys: Mapping[str, KeyKind] | None = None  # what each key of its JSON object takes, where known
 
     @property
     def name(self) -> str:
@@ -259,6 +271,9 @@ class ExtraArgs:
     num_gpu_blocks_override: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None  # --enforce-eager (True) or --no-enforce-eager (False) given
+    # The speculative decoding vLLM would configure: --speculative-config with its dotted keys and the
+    # --spec-method/--spec-model/--spec-tokens shorthands merged, keys as SpeculativeConfig names them.
+    speculative: Mapping[str, Any] | None = None
 
 
 def normalise(name: str) -> str:
@@ -289,6 +304,17 @@ def flag_contract() -> FlagContract:
             required=frozenset(item["required"]) if item.get("required") is not None else None,
             loads_code=bool(item.get("loads_code")),
             code_keys=frozenset(item.get("code_keys") or ()),
+            keys={
+                key: KeyKind(
+                    kind=kind["kind"],
+                    optional=bool(kind.get("optional")),
+                    choices=tuple(kind["choices"]) if kind.get("choices") is not None else None,
+                    bounds=dict(kind["bounds"]) if kind.get("bounds") else None,
+                )
+                for key, kind in item["keys"].items()
+            }
+            if item.get("keys") is not None
+            else None,
         )
         for name in flag.names:
             by_name[normalise(name)] = flag
@@ -404,7 +430,9 @@ def _check_value(flag: Flag, name: str, value: str, where: str, policy: CodePoli
     parsed = _json(value)[1] if flag.type in _JSON_OBJECT_TYPES else None
     if parsed is not None:
         _check_json(flag, name, parsed, where, policy)
-    if isinstance(parsed, dict):
+    if isinstance(parsed, dict) and flag.keys is not None:
+        _check_keys(flag, parsed, where)
+    elif isinstance(parsed, dict):
         unknown = sorted(set(parsed) - flag.fields) if flag.fields is not None else []
         if unknown:
             raise PlanningError(
@@ -427,6 +455,54 @@ def _check_value(flag: Flag, name: str, value: str, where: str, policy: CodePoli
     number = _number(flag, value)
     if number is not None:
         _check_bounds(flag, name, number, where)
+
+
+# A JSON key shown in a message: an identifier, never a value-like string (which could be a secret).
+_SHOWABLE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+def _check_keys(flag: Flag, parsed: Mapping[str, Any], where: str) -> None:
+    """Every key of the object a known field (vLLM reads '-' as '_' in them), every value of its kind."""
+    keys = flag.keys or {}
+    for raw_key, value in parsed.items():
+        key = str(raw_key).replace("-", "_")
+        kind = keys.get(key)
+        if kind is None:
+            close = difflib.get_close_matches(key, sorted(keys), n=1)
+            named = (
+                f"{raw_key!r}"
+                if _SHOWABLE_KEY.match(str(raw_key)) and not _secret_name(str(raw_key))
+                else "a key"
+            )
+            hint = f"did you mean {close[0]!r}?" if close else f"its keys: {', '.join(sorted(keys))}"
+            raise PlanningError(f"{where}: {named} is not a field of vLLM's {flag.dest}; {hint}")
+        _check_key_value(key, kind, value, f"{where} {key}")
+
+
+def _check_key_value(key: str, kind: KeyKind, value: Any, where: str) -> None:
+    if value is None:
+        if not kind.optional:
+            raise PlanningError(f"{where} must not be null")
+        return
+    wanted = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "choice": lambda v: isinstance(v, str) and v in (kind.choices or ()),
+    }.get(kind.kind)
+    if wanted is not None and not wanted(value):
+        if kind.kind == "choice":
+            close = difflib.get_close_matches(str(value), kind.choices or (), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise PlanningError(f"{where} must be one of {', '.join(kind.choices or ())}{hint}")
+        article = "an" if kind.kind == "int" else "a"
+        raise PlanningError(f"{where} must be {article} {kind.kind}")
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    bounds = kind.bounds or {}
+    if number is not None and not all(_BOUND_HOLDS[bound](number, limit) for bound, limit in bounds.items()):
+        limits = " and ".join(f"{_BOUND_WORDS[b]} {limit:g}" for b, limit in sorted(bounds.items()))
+        raise PlanningError(f"{where} must be {limits}")
 
 
 def _secret_name(name: str) -> bool:
@@ -615,6 +691,11 @@ def parse_extra_args(extra_args: Sequence[str], *, allowed_code_loading: Sequenc
             _check_json(flag, flag.name, parsed if parsed_ok else values[0], where, policy, prefix=path)
             if flag.dest == ATTENTION_CONFIG and key == "backend" and values:
                 settings.setdefault("attention_config.backend", values[0])
+            if flag.keys is not None and "." not in path and values:
+                kind = flag.keys.get(path.replace("-", "_"))
+                if kind is not None:
+                    _check_key_value(path, kind, parsed if parsed_ok else values[0], where)
+                settings.setdefault(f"{flag.dest}.{path.replace('-', '_')}", values[0])
         index += 1
     return _interpreted(tuple(extra_args), settings)
 
@@ -709,6 +790,59 @@ def _following_values(
     return values
 
 
+SPECULATIVE_CONFIG = "speculative_config"
+# vLLM's shorthands of --speculative-config keys (EngineArgs.create_speculative_config: given both, it refuses).
+_SPECULATIVE_SHORTHANDS = {
+    "spec_method": "method",
+    "spec_model": "model",
+    "spec_tokens": "num_speculative_tokens",
+}
+
+
+def _speculative(settings: Mapping[str, str]) -> dict[str, Any] | None:
+    config: dict[str, Any] = {}
+    text = settings.get(SPECULATIVE_CONFIG)
+    if text not in (None, "", "None"):
+        parsed = json.loads(str(text))
+        if isinstance(parsed, dict):
+            config.update({str(k).replace("-", "_"): v for k, v in parsed.items()})
+    prefix = f"{SPECULATIVE_CONFIG}."
+    for name, value in settings.items():
+        if name.startswith(prefix):
+            parsed_ok, parsed_value = _json(value)
+            config[name.removeprefix(prefix)] = parsed_value if parsed_ok else value
+    for dest, key in _SPECULATIVE_SHORTHANDS.items():
+        shorthand = settings.get(dest)
+        if shorthand is None or shorthand in ("", "None"):
+            continue
+        if key in config:
+            raise PlanningError(
+                f"spec.engine.extraArgs: --{dest.replace('_', '-')} and --speculative-config's {key} are "
+                "mutually exclusive in vLLM; give one"
+            )
+        config[key] = int(shorthand) if key == "num_speculative_tokens" else shorthand
+    if not config:
+        return None
+    model = config.get("model")
+    if config.get("method") == "custom_class" or (
+        config.get("method") is None and isinstance(model, str) and _is_module_path(model)
+    ):
+        raise PlanningError(
+            "spec.engine.extraArgs: --speculative-config method custom_class imports a Python class named "
+            "by its model (code the image does not ship is refused); use a draft model, or method ngram or "
+            "suffix"
+        )
+    return config
+
+
+def _is_module_path(model: str) -> bool:
+    """vLLM's SpeculativeConfig._is_custom_proposer_path: a dotted import path (pkg.MyProposer)."""
+    if model.startswith(("http://", "https://", "file://")) or "/" in model:
+        return False
+    parts = model.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
 def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArgs:
     """The settings among the extra arguments that the planner sizes or chooses by."""
     blocks_text = settings.get(NUM_GPU_BLOCKS_OVERRIDE)
@@ -732,7 +866,9 @@ def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArg
     chosen = backend if backend not in (None, "", "None") else config_backend
     budget_text = settings.get(MAX_NUM_BATCHED_TOKENS)
     eager_text = settings.get(ENFORCE_EAGER)
+    speculative = _speculative(settings)
     return ExtraArgs(
+        speculative=speculative,
         max_num_batched_tokens=None if budget_text is None else _human_int(budget_text),
         enforce_eager=None if eager_text is None else eager_text == "true",
         args=args,

@@ -60,6 +60,7 @@ from llama_operator.planning.sizing import (
     MAX_MODEL_LEN_STEP,
     GpuMemorySizing,
     auto_max_num_seqs,
+    kv_bytes_per_token,
     kv_tokens_in,
     largest_max_model_len,
     size_gpu_memory,
@@ -193,11 +194,14 @@ class Candidate:
 
     accelerator: Accelerator
     mig: MigProfile | None
-    count: int
+    count: int  # GPUs per node
     device_memory_bytes: int
+    nodes: int = 1  # a replica over several nodes: a LeaderWorkerSet group, pipeline parallel across them
 
     @property
     def name(self) -> str:
+        if self.nodes > 1:
+            return f"{self.nodes} nodes of {self.count}x{self.accelerator.type}"
         if self.mig is not None:
             return f"{self.accelerator.type}/{self.mig.name}"
         if self.count > 1:
@@ -205,12 +209,29 @@ class Candidate:
         return self.accelerator.type
 
     def price(self, config: PlanningConfig) -> float:
-        return config.price(self.accelerator, self.mig) * self.count
+        return config.price(self.accelerator, self.mig) * self.count * self.nodes
 
 
-def catalog_candidate(accel: Accelerator, mig: MigProfile | None = None, count: int = 1) -> Candidate:
+def catalog_candidate(
+    accel: Accelerator, mig: MigProfile | None = None, count: int = 1, nodes: int = 1
+) -> Candidate:
     memory = mig.memory_bytes if mig is not None else accel.memory_bytes
-    return Candidate(accelerator=accel, mig=mig, count=count, device_memory_bytes=memory)
+    return Candidate(accelerator=accel, mig=mig, count=count, device_memory_bytes=memory, nodes=nodes)
+
+
+# Nodes per replica auto placement tries, a full node of GPUs each, when no single node fits.
+MULTI_NODE_COUNTS = (2, 3, 4)
+
+
+def multi_node_candidates(config: PlanningConfig) -> list[Candidate]:
+    """Replicas over several full nodes of one GPU type (the largest tensor-parallel count per node)."""
+    per_node = max(n for n in TENSOR_PARALLEL_COUNTS if n <= config.max_gpus_per_replica)
+    return [
+        catalog_candidate(accel, count=per_node, nodes=nodes)
+        for accel in config.catalog.accelerators.values()
+        if accel.is_gpu
+        for nodes in MULTI_NODE_COUNTS
+    ]
 
 
 def catalog_candidates(config: PlanningConfig, *, include_cpu: bool) -> list[Candidate]:
@@ -244,6 +265,44 @@ class _Request:
     extra: ExtraArgs
     slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
     adapters: tuple[LoRAAdapter, ...] = ()
+    draft: _Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
+
+
+# Speculative methods that propose from the request's own tokens: no draft weights or KV cache.
+DRAFT_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """Speculative decoding as vLLM will configure it, with the draft model's shape when it has one."""
+
+    method: str
+    model: str | None
+    shape: ModelShape | None  # None: nothing to plan (n-gram, suffix, or the target's own MTP layers)
+
+
+def _draft(speculative: Mapping[str, object] | None) -> _Draft | None:
+    """The draft model of --speculative-config, sized from the catalog: its weights and KV cache come out
+    of the memory budget, so a draft the planner cannot size is refused rather than left out of the plan."""
+    if speculative is None:
+        return None
+    method = speculative.get("method")
+    model = speculative.get("model")
+    model_name = str(model) if model is not None else None
+    if method is None:  # vLLM's inference (SpeculativeConfig.__post_init__)
+        method = "ngram" if model_name in ("ngram", "[ngram]") else "draft_model"
+    if method in DRAFT_FREE_METHODS or model_name is None:
+        return _Draft(method=str(method), model=None, shape=None)
+    try:
+        shape = model_shape(model_name)
+    except UnknownModelError:
+        raise PlanningError(
+            f"spec.engine.extraArgs --speculative-config: the draft model {model_name!r} is not in the "
+            "operator's catalog, so its weights and KV cache cannot be taken from the memory plan; use a "
+            "catalog model as the draft (e.g. meta-llama/Llama-3.2-1B-Instruct), or method ngram or suffix "
+            "(no draft weights)"
+        ) from None
+    return _Draft(method=str(method), model=model_name, shape=shape)
 
 
 @dataclass(frozen=True)
@@ -341,6 +400,16 @@ def _check_capabilities(request: _Request, candidate: Candidate) -> None:
         )
     if not accel.is_gpu and candidate.count != 1:
         raise PlanningError("accelerator.count must be 1 for cpu: a CPU replica runs one vLLM process")
+    if candidate.nodes > request.shape.layers:
+        raise PlanningError(
+            f"accelerator.nodes {candidate.nodes} exceeds the model's {request.shape.layers} layers (pipeline "
+            "parallelism gives each node a share of them): use fewer nodes"
+        )
+    if candidate.nodes > 1 and request.draft is not None:
+        raise PlanningError(
+            "speculative decoding (--speculative-config) with accelerator.nodes > 1: vLLM does not run a draft "
+            "beside pipeline parallelism; remove one of them"
+        )
     tp = candidate.count
     kv_heads = request.shape.kv_heads
     if tp > 1 and kv_heads % tp != 0 and tp % kv_heads != 0:
@@ -394,7 +463,7 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
     memory = (
         _gpu_memory(request, candidate, config, dtype=dtype, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
         if accel.is_gpu
-        else _cpu_memory(request, config, weights=weights, kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
+        else _cpu_memory(request, config, weights=weights + _draft_weight_bytes(request, dtype), kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
     )  # fmt: skip
     kv_tokens = memory.kv_cache_tokens
     override = request.extra.num_gpu_blocks_override
@@ -441,6 +510,13 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
     )
 
 
+def _draft_weight_bytes(request: _Request, dtype: str) -> int:
+    """The draft model's weights: in the target's dtype (its checkpoint's own quantization is not known)."""
+    if request.draft is None or request.draft.shape is None:
+        return 0
+    return weight_bytes(request.draft.shape, dtype_bytes=_dtype_bytes(dtype), quantization=Quantization.NONE)
+
+
 def _gpu_memory(
     request: _Request,
     candidate: Candidate,
@@ -468,6 +544,9 @@ def _gpu_memory(
             kv_dtype_bytes=kv_dtype_bytes,
             cuda_graphs=cuda_graphs,
             lora_bytes_per_device=lora.gpu_bytes_per_device(candidate.count) if lora is not None else 0,
+            draft=request.draft.shape if request.draft is not None else None,
+            draft_weight_bytes=_draft_weight_bytes(request, dtype),
+            pipeline_parallel=candidate.nodes,
         )
 
     gpu = sized(cuda_graphs=True)
@@ -513,7 +592,9 @@ def _gpu_memory(
         gpu=gpu,
         kv_cache_tokens=kv_tokens,
         kv_bytes_per_token=per_token,
-        memory_request_bytes=GPU_REPLICA_BASE_MEMORY_BYTES + int(weights * GPU_REPLICA_WEIGHT_MEMORY_SHARE),
+        # Per pod: a pod of a multi-node replica loads its stage's share of the weights.
+        memory_request_bytes=GPU_REPLICA_BASE_MEMORY_BYTES
+        + int(weights / candidate.nodes * GPU_REPLICA_WEIGHT_MEMORY_SHARE),
         max_num_seqs_ceiling=config.max_auto_num_seqs,
     )
 
@@ -530,7 +611,11 @@ def _cpu_memory(
 ) -> _Memory:
     """The configured KV space of a CPU replica; _DoesNotFitError when it cannot hold `required` tokens."""
     shape = request.shape
-    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_dtype_bytes
+    draft = request.draft.shape if request.draft is not None else None
+    per_token = sum(
+        kv_bytes_per_token(model, kv_dtype_bytes=kv_dtype_bytes)
+        for model in (shape, *((draft,) if draft else ()))
+    )
     kv_space = config.cpu_kv_cache_gib * GIB
     kv_tokens = kv_tokens_in(kv_space, per_token)
     if kv_tokens < required:
@@ -845,6 +930,7 @@ def _with_label_memory(candidate: Candidate, offers: tuple[Offer, ...]) -> Candi
         mig=candidate.mig,
         count=candidate.count,
         device_memory_bytes=min(labelled),
+        nodes=candidate.nodes,
     )
 
 
@@ -902,7 +988,7 @@ def _present(candidate: Candidate, inventory: Inventory) -> bool:
         return bool(inventory.cpu_offers())
     if candidate.mig is not None:
         return bool(inventory.mig_offers(accel.type, candidate.mig.name))
-    return bool(inventory.gpu_offers(accel.type, min_count=candidate.count))
+    return len(inventory.gpu_offers(accel.type, min_count=candidate.count)) >= candidate.nodes
 
 
 # --- vLLM arguments -------------------------------------------------------------------------------
@@ -937,6 +1023,15 @@ def _vllm_args(
         args.append("--enforce-eager")
     if sized.candidate.count > 1:
         args += ["--tensor-parallel-size", str(sized.candidate.count)]
+    if sized.candidate.nodes > 1:
+        # A replica over several nodes: a stage of layers per node, the nodes joined by Ray (vLLM's
+        # multi-node backend; the LeaderWorkerSet's leader runs the Ray head and vllm serve).
+        args += [
+            "--pipeline-parallel-size",
+            str(sized.candidate.nodes),
+            "--distributed-executor-backend",
+            "ray",
+        ]
     args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
     quantization = request.quantization
     if quantization is Quantization.FP8:
@@ -987,6 +1082,7 @@ def _request(spec: LlamaServiceSpec, config: PlanningConfig) -> _Request:
     except UnknownModelError as error:
         raise PlanningError(str(error)) from None
     engine = spec.engine
+    extra = parse_extra_args(engine.extra_args, allowed_code_loading=config.allowed_code_loading_flags)
     if engine.max_model_len is not None and engine.max_model_len > shape.max_context:
         raise PlanningError(
             f"engine.maxModelLen {engine.max_model_len} exceeds the context of {spec.model.name} "
@@ -1000,9 +1096,10 @@ def _request(spec: LlamaServiceSpec, config: PlanningConfig) -> _Request:
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,
-        extra=parse_extra_args(engine.extra_args, allowed_code_loading=config.allowed_code_loading_flags),
+        extra=extra,
         slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
         adapters=tuple(spec.adapters),
+        draft=_draft(extra.speculative),
     )
 
 
@@ -1033,19 +1130,24 @@ def _choose_auto(
     else:
         present = candidates
         notes.append("no node inventory: chose the cheapest catalog option; it may not exist in the cluster")
-    for catalog_option in present:
-        # Size with the memory the nodes label, when they do.
-        candidate = (
-            _place(catalog_option, config, inventory).candidate if inventory is not None else catalog_option
-        )
-        sized = _try_size(request, candidate, config)
-        if sized is not None:
-            where = "present in the cluster " if inventory is not None else ""
-            notes.append(
-                f"auto: {candidate.name} is the cheapest option {where}that fits "
-                f"({candidate.price(config):.2f}/h relative price)"
+    # A replica over several nodes only where no single node present fits (and enough nodes offer one).
+    multi = sorted(multi_node_candidates(config), key=lambda c: _sort_key(c, config))
+    for options in (present, [c for c in multi if inventory is None or _present(c, inventory)]):
+        for catalog_option in options:
+            # Size with the memory the nodes label, when they do.
+            candidate = (
+                _place(catalog_option, config, inventory).candidate
+                if inventory is not None
+                else catalog_option
             )
-            return sized, notes
+            sized = _try_size(request, candidate, config)
+            if sized is not None:
+                where = "present in the cluster " if inventory is not None else ""
+                notes.append(
+                    f"auto: {candidate.name} is the cheapest option {where}that fits "
+                    f"({candidate.price(config):.2f}/h relative price)"
+                )
+                return sized, notes
     if inventory is not None:
         unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
         raise PlanningError(
@@ -1064,7 +1166,7 @@ def _explicit_candidate(spec: LlamaServiceSpec, config: PlanningConfig) -> Candi
         mig = accel.mig_profile(spec.accelerator.mig) if spec.accelerator.mig is not None else None
     except KeyError as err:  # a type or profile the platform has not defined
         raise PlanningError(f"accelerator: {err.args[0]}") from None
-    return catalog_candidate(accel, mig=mig, count=spec.accelerator.count)
+    return catalog_candidate(accel, mig=mig, count=spec.accelerator.count, nodes=spec.accelerator.nodes)
 
 
 @dataclass(frozen=True)
@@ -1166,9 +1268,36 @@ def plan_service(
             "host memory (adding adapters within these leaves the replicas running)"
         )
 
+    draft = request.draft
+    draft_bytes = 0
+    draft_kv_per_token = 0
+    if draft is not None:
+        if draft.shape is None:
+            notes.append(
+                f"speculative decoding {draft.method}: no draft model weights or KV cache to plan"
+                + ("" if draft.method in DRAFT_FREE_METHODS else " (the target's own layers propose)")
+            )
+        else:
+            total = _draft_weight_bytes(request, sized.dtype)
+            draft_bytes = sized.gpu.draft_weight_bytes_per_device if sized.gpu is not None else total
+            draft_kv_per_token = kv_bytes_per_token(draft.shape, kv_dtype_bytes=sized.kv_dtype_bytes)
+            notes.append(
+                f"speculative decoding {draft.method} with {draft.model}: its weights take {_gib(draft_bytes)}"
+                f"{' per GPU' if candidate.count > 1 else ''} and its KV cache {draft_kv_per_token} bytes per "
+                f"token beside the target's {sized.kv_bytes_per_token - draft_kv_per_token}, out of the "
+                f"{'KV cache' if accel.is_gpu else 'host memory'} ({sized.kv_cache_tokens} tokens left)"
+            )
     memory_bytes = (
-        candidate.device_memory_bytes * candidate.count if accel.is_gpu else sized.memory_request_bytes
+        candidate.device_memory_bytes * candidate.count * candidate.nodes
+        if accel.is_gpu
+        else sized.memory_request_bytes
     )
+    if candidate.nodes > 1:
+        notes.append(
+            f"multi-node: each replica is a LeaderWorkerSet group of {candidate.nodes} pods on {candidate.nodes} "
+            f"nodes with {candidate.count} {accel.type} GPUs each (tensor parallel {candidate.count}, pipeline "
+            f"parallel {candidate.nodes} over Ray); replicas scale by whole groups"
+        )
     # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
     # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
     prefill_tokens_per_second = sized.steps.prefill_tokens_per_second(
@@ -1210,5 +1339,9 @@ def plan_service(
         max_lora_rank=lora.max_lora_rank if lora is not None else 0,
         max_cpu_loras=lora.max_cpu_loras if lora is not None else 0,
         adapter_bytes=adapter_bytes,
+        speculative_method=draft.method if draft is not None else None,
+        nodes=candidate.nodes,
+        draft_weight_bytes=draft_bytes,
+        draft_kv_bytes_per_token=draft_kv_per_token,
         notes=notes,
     )

@@ -101,10 +101,17 @@ class GpuMemorySizing:
     kv_bytes_per_token_per_device: int
     kv_cache_tokens: int  # tokens the replica's KV cache holds, whole blocks
     lora_bytes_per_device: int = 0  # LoRA adapters' GPU slots (planning/adapters.py)
+    # A speculative-decoding draft model's weights (the KV bytes per token above include its layers).
+    draft_weight_bytes_per_device: int = 0
 
     @property
     def needed_bytes_per_device_without_kv(self) -> int:
-        return self.weight_bytes_per_device + self.overhead_bytes_per_device + self.lora_bytes_per_device
+        return (
+            self.weight_bytes_per_device
+            + self.overhead_bytes_per_device
+            + self.lora_bytes_per_device
+            + self.draft_weight_bytes_per_device
+        )
 
     @property
     def used_bytes_per_device(self) -> int:
@@ -113,6 +120,7 @@ class GpuMemorySizing:
             self.weight_bytes_per_device
             + self.overhead_bytes_per_device
             + self.lora_bytes_per_device
+            + self.draft_weight_bytes_per_device
             + self.kv_cache_tokens * self.kv_bytes_per_token_per_device
         )
 
@@ -127,20 +135,31 @@ def size_gpu_memory(
     kv_dtype_bytes: int,
     cuda_graphs: bool = True,
     lora_bytes_per_device: int = 0,
+    draft: ModelShape | None = None,
+    draft_weight_bytes: int = 0,
+    pipeline_parallel: int = 1,
 ) -> GpuMemorySizing:
-    """Divide each GPU's memory between weights, runtime overhead and KV cache."""
-    weights_per_device = math.ceil(weight_bytes / tensor_parallel)
+    """Divide each GPU's memory between weights, runtime overhead and KV cache.
+
+    A speculative-decoding draft runs at the target's tensor parallelism beside it: its weights are split
+    the same way, and vLLM's KV blocks hold the draft's layers too (one KV-cache group per attention
+    spec), so every token costs the draft's K and V as well as the target's."""
+    # Pipeline parallelism (a replica over several nodes) gives each stage its share of the layers: of the
+    # weights and of every token's KV cache.
+    weights_per_device = math.ceil(weight_bytes / (tensor_parallel * pipeline_parallel))
+    draft_per_device = math.ceil(draft_weight_bytes / tensor_parallel)
     overhead = runtime_overhead_bytes(
         weights_per_device, tensor_parallel=tensor_parallel, cuda_graphs=cuda_graphs
     )
     usable = math.floor(device_memory_bytes * gpu_memory_utilization)
-    budget = usable - weights_per_device - overhead - lora_bytes_per_device
-    per_token_per_device = (
+    budget = usable - weights_per_device - overhead - lora_bytes_per_device - draft_per_device
+    per_token_per_device = sum(
         2
-        * shape.layers
-        * kv_heads_per_device(shape.kv_heads, tensor_parallel)
-        * shape.head_dim
+        * math.ceil(model.layers / pipeline_parallel)
+        * kv_heads_per_device(model.kv_heads, tensor_parallel)
+        * model.head_dim
         * kv_dtype_bytes
+        for model in (shape, *((draft,) if draft is not None else ()))
     )
     blocks = max(0, budget) // (per_token_per_device * KV_BLOCK_TOKENS)
     return GpuMemorySizing(
@@ -152,10 +171,12 @@ def size_gpu_memory(
         overhead_bytes_per_device=overhead,
         usable_bytes_per_device=usable,
         kv_budget_bytes_per_device=budget,
-        kv_bytes_per_token=kv_bytes_per_token(shape, kv_dtype_bytes=kv_dtype_bytes),
+        kv_bytes_per_token=kv_bytes_per_token(shape, kv_dtype_bytes=kv_dtype_bytes)
+        + (kv_bytes_per_token(draft, kv_dtype_bytes=kv_dtype_bytes) if draft is not None else 0),
         kv_bytes_per_token_per_device=per_token_per_device,
         kv_cache_tokens=blocks * KV_BLOCK_TOKENS,
         lora_bytes_per_device=lora_bytes_per_device,
+        draft_weight_bytes_per_device=draft_per_device,
     )
 
 
