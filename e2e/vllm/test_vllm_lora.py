@@ -13,12 +13,14 @@ import subprocess
 import sys
 import time
 import urllib.error
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from llama_operator.activator.picker import vllm_active_adapters
 from llama_operator.api.spec import LlamaServiceSpec, LoRAAdapter
 from llama_operator.api.status import AdapterStatus
 from llama_operator.infra.vllm_adapters import list_adapters, sync_adapters
@@ -155,6 +157,20 @@ def test_adapters_load_serve_and_unload_without_a_restart(tmp_path: Path) -> Non
         # vLLM counts adapter requests under the base model's name: the autoscaler's signals (and so the
         # base service's replicas) carry every adapter's load.
         assert _base_successes(srv) - succeeded == 3
+        # While a request for sql runs, vLLM's lora_requests_info names it: what the router prefers a pod by.
+        with ThreadPoolExecutor(1) as pool:
+            long = pool.submit(
+                srv.request_json,
+                "/v1/completions",
+                {"model": "sql", "prompt": "x", "max_tokens": 400, "ignore_eos": True},
+                120,
+            )
+            seen: frozenset[str] = frozenset()
+            while not long.done() and "sql" not in seen:
+                seen = vllm_active_adapters(srv.metrics_text())
+                time.sleep(0.05)
+            long.result()
+        assert "sql" in seen, "vllm:lora_requests_info never named the running adapter"
 
         # Removing one unloads it: no longer listed, no longer served.
         sync = sync_adapters(
