@@ -22,7 +22,14 @@ Sources:
   times Lambda Cloud's 2024 PCIe/SXM price ratio, $2.49 / $3.29), the H200 and the B200 (1.3x and
   2x the H100 SXM's, about their memory and bandwidth ratios), until a platform sets its own. A CPU replica is priced as a c7i.2xlarge (8 vCPU, 16 GiB) $0.357. Only
   the ratios matter; config.priceOverrides replaces them, config.accelerators adds or overrides a
-  whole accelerator (docs/install.md).
+  whole accelerator (docs/install.md);
+- interconnect (what tensor parallel's all-reduces cross), bandwidth per direction: NVLink from NVIDIA's
+  data sheets, whose figures are both directions summed (A100 SXM 600 GB/s -> 300, H100 SXM and H200
+  900 -> 450, B200 1800 -> 900); the catalog's A100 entries are the SXM boards of p4d/p4de. The
+  others talk over PCIe (PCI-SIG: Gen3 x16 ~16 GB/s per direction for the T4, Gen4 x16 ~32 GB/s for
+  the A10/A10G/L4/L40S, Gen5 x16 ~64 GB/s for the H100 PCIe, whose NVLink bridge is optional). The
+  latency of one all-reduce call is an ESTIMATE: ~10 us over NVLink (vLLM's custom all-reduce for small
+  messages), ~30 us over PCIe (NCCL's ring through the host bridge, several hops at 8 GPUs).
 """
 
 from __future__ import annotations
@@ -94,6 +101,25 @@ class MigProfile:
 
 
 @dataclass(frozen=True)
+class Interconnect:
+    """The link tensor parallel's all-reduces cross between the GPUs of one node."""
+
+    name: str
+    link_bytes_per_s: float  # per direction, per GPU
+    all_reduce_latency_seconds: float  # fixed cost of one all-reduce call
+
+
+NVLINK_ALL_REDUCE_LATENCY_SECONDS = 10e-6
+PCIE_ALL_REDUCE_LATENCY_SECONDS = 30e-6
+PCIE_GEN3 = Interconnect("PCIe Gen3 x16", 16 * GB, PCIE_ALL_REDUCE_LATENCY_SECONDS)
+PCIE_GEN4 = Interconnect("PCIe Gen4 x16", 32 * GB, PCIE_ALL_REDUCE_LATENCY_SECONDS)
+PCIE_GEN5 = Interconnect("PCIe Gen5 x16", 64 * GB, PCIE_ALL_REDUCE_LATENCY_SECONDS)
+NVLINK_3 = Interconnect("NVLink 3", 300 * GB, NVLINK_ALL_REDUCE_LATENCY_SECONDS)
+NVLINK_4 = Interconnect("NVLink 4", 450 * GB, NVLINK_ALL_REDUCE_LATENCY_SECONDS)
+NVLINK_5 = Interconnect("NVLink 5", 900 * GB, NVLINK_ALL_REDUCE_LATENCY_SECONDS)
+
+
+@dataclass(frozen=True)
 class Accelerator:
     """One accelerator type of the catalog."""
 
@@ -109,6 +135,8 @@ class Accelerator:
     # dashes; newer drivers prefix "NVIDIA"). The first is the canonical one, used without an inventory.
     product_labels: tuple[str, ...] = ()
     mig_profiles: tuple[MigProfile, ...] = ()
+    # Between the GPUs of one node; a platform-defined accelerator is assumed on PCIe Gen4.
+    interconnect: Interconnect = PCIE_GEN4
 
     @property
     def is_gpu(self) -> bool:
@@ -229,6 +257,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
             compute_capability=ComputeCapability(7, 5),
             price_per_hour=0.526,
             product_labels=("Tesla-T4", "NVIDIA-Tesla-T4", "NVIDIA-T4"),
+            interconnect=PCIE_GEN3,
         ),
         Accelerator(
             type=AcceleratorType.A10,
@@ -286,6 +315,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
                 "A100-PCIE-40GB",
             ),
             mig_profiles=_A100_40GB_MIG,
+            interconnect=NVLINK_3,
         ),
         Accelerator(
             type=AcceleratorType.A100_80GB,
@@ -303,6 +333,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
                 "NVIDIA-A100-PCIE-80GB",
             ),
             mig_profiles=_A100_80GB_MIG,
+            interconnect=NVLINK_3,
         ),
         Accelerator(
             type=AcceleratorType.H100_PCIE,
@@ -314,6 +345,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
             price_per_hour=round(_H100_SXM_PRICE * 249 / 329, 3),  # an estimate (see the module's sources)
             product_labels=("NVIDIA-H100-PCIe", "NVIDIA-H100-80GB-PCIe", "H100-PCIe"),
             mig_profiles=_H100_80GB_MIG,
+            interconnect=PCIE_GEN5,
         ),
         Accelerator(
             type=AcceleratorType.H100_80GB,
@@ -325,6 +357,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
             price_per_hour=_H100_SXM_PRICE,
             product_labels=("NVIDIA-H100-80GB-HBM3", "H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
             mig_profiles=_H100_80GB_MIG,
+            interconnect=NVLINK_4,
         ),
         Accelerator(
             type=AcceleratorType.H200,
@@ -336,6 +369,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
             price_per_hour=round(_H100_SXM_PRICE * 13 / 10, 3),  # an estimate (see the module's sources)
             product_labels=("NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"),
             mig_profiles=_H200_MIG,
+            interconnect=NVLINK_4,
         ),
         Accelerator(
             type=AcceleratorType.B200,
@@ -347,6 +381,7 @@ ACCELERATORS: Mapping[str, Accelerator] = {
             price_per_hour=round(_H100_SXM_PRICE * 2, 3),  # an estimate (see the module's sources)
             product_labels=("NVIDIA-B200",),
             mig_profiles=_B200_MIG,
+            interconnect=NVLINK_5,
         ),
         Accelerator(
             type=AcceleratorType.CPU,
@@ -520,6 +555,7 @@ def configured_accelerator(name: str, given: AcceleratorSettings, base: Accelera
         if given.product_labels is not None
         else base.product_labels,
         mig_profiles=profiles if profiles is not None else base.mig_profiles,
+        interconnect=base.interconnect,
     )
 
 

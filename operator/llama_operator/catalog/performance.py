@@ -7,6 +7,16 @@ memory bandwidth: it reads every weight once and the KV cache of every running s
 chunk is bound by compute, 2 FLOPs per parameter per token (design brief, "Simulator calibration"):
 
     step(batch, context, chunk) = t0 + (W + batch * context * kv_bytes) / (eta * BW) + chunk * F / (mu * FLOPS)
+                                  + allreduce(batch + chunk)
+
+Tensor parallel over `tp` devices shares the weights and the KV cache (their bandwidth adds up) but pays
+two all-reduces per transformer layer per step (after attention and after the MLP, Megatron-style), each
+moving (batch + chunk) tokens x hidden x activation bytes. A ring all-reduce sends 2 (tp - 1) / tp of
+the message over each link and costs a fixed latency per call:
+
+    allreduce(n) = 2 * layers * (latency + 2 (tp - 1) / tp * n * hidden * bytes / link_bandwidth)
+
+so the latency term joins t0 and the byte term is a cost per token of the step (decode or prompt).
 
 The time per output token (TPOT) a sequence sees is one step, so the TPOT objective bounds the batch:
 the largest `batch` with step(batch, context, 0) <= TPOT. eta, mu and t0 are ESTIMATES from the design
@@ -29,6 +39,8 @@ STEP_OVERHEAD_SECONDS = 0.004
 # Without CUDA graphs (--enforce-eager) every kernel of a step is launched from Python: ~10 kernels per
 # layer at ~10 us each for the small models the flag is chosen for. An ESTIMATE.
 EAGER_STEP_OVERHEAD_SECONDS = 0.003
+# All-reduces per transformer layer per step under tensor parallel: one after attention, one after the MLP.
+ALL_REDUCES_PER_LAYER = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +50,8 @@ class StepModel:
     weight_read_seconds: float  # t0 + W / (eta BW): a step with nothing but the weights to read
     seconds_per_context_token: float  # kv_bytes / (eta BW): each token of context a decode step reads
     seconds_per_prefill_token: float  # F / (mu FLOPS)
+    # Tensor parallel's all-reduce bytes per token of a step, decode or prompt; 0 on one device.
+    seconds_per_step_token: float = 0.0
 
     def step_seconds(self, batch: int, mean_context: float, chunk: int = 0) -> float:
         """One step: `batch` sequences of `mean_context` tokens each decode one token, `chunk` prompt
@@ -46,13 +60,14 @@ class StepModel:
             self.weight_read_seconds
             + self.seconds_per_context_token * batch * mean_context
             + self.seconds_per_prefill_token * chunk
+            + self.seconds_per_step_token * (batch + chunk)
         )
 
     def max_batch(self, step_seconds: float, mean_context: float) -> int:
         """The most sequences of `mean_context` tokens a decode step serves within `step_seconds`;
         0 when even one sequence takes longer."""
         spare = step_seconds - self.weight_read_seconds
-        per_sequence = self.seconds_per_context_token * max(mean_context, 1.0)
+        per_sequence = self.seconds_per_context_token * max(mean_context, 1.0) + self.seconds_per_step_token
         if spare < per_sequence:
             return 0
         return math.floor(spare / per_sequence)
@@ -60,17 +75,22 @@ class StepModel:
     def chunk_within(self, step_seconds: float, batch: int, mean_context: float) -> int:
         """Prompt tokens a step can compute beside `batch` decoding sequences within `step_seconds`."""
         spare = step_seconds - self.step_seconds(batch, mean_context)
-        return max(0, math.floor(spare / self.seconds_per_prefill_token))
+        return max(0, math.floor(spare / self.seconds_per_chunk_token))
+
+    @property
+    def seconds_per_chunk_token(self) -> float:
+        """What one more prompt token adds to a step: its compute and its share of the all-reduces."""
+        return self.seconds_per_prefill_token + self.seconds_per_step_token
 
     def prefill_tokens_per_second(self, chunk: int) -> float:
         """Prefill throughput with full chunks of `chunk` tokens (each step also reads the weights)."""
-        return chunk / (self.weight_read_seconds + chunk * self.seconds_per_prefill_token)
+        return chunk / (self.weight_read_seconds + chunk * self.seconds_per_chunk_token)
 
     def tpot_batch(self, tpot_seconds: float, chunk: int, mean_context: float) -> int:
         """The most sequences of `mean_context` tokens that decode within `tpot_seconds` per token even in
         a step that also computes a `chunk`-token prompt chunk (every step is an inter-token interval);
         0 when not even one does. The planner caps max-num-seqs here; the policy sizes decode by it."""
-        return self.max_batch(tpot_seconds - chunk * self.seconds_per_prefill_token, mean_context)
+        return self.max_batch(tpot_seconds - chunk * self.seconds_per_chunk_token, mean_context)
 
     def decode_tokens_per_second(
         self,
@@ -89,7 +109,7 @@ class StepModel:
         batch = self.tpot_batch(tpot_seconds, chunk, mean_context)
         if max_num_seqs is not None:
             batch = min(batch, max_num_seqs)
-        decoding_share = 1.0 - prompt_tokens_per_second * self.seconds_per_prefill_token
+        decoding_share = 1.0 - prompt_tokens_per_second * self.seconds_per_chunk_token
         if batch <= 0 or decoding_share <= 0:
             return 0.0
         return batch * decoding_share / self.step_seconds(batch, mean_context)
@@ -103,12 +123,32 @@ def step_model(
     kv_bytes_per_token: float,
     parameters: float,
     eager: bool = False,
+    tensor_parallel: int = 1,
+    layers: int = 0,
+    hidden_size: int = 0,
+    activation_bytes: int = 2,
+    link_bytes_per_s: float = 0.0,
+    all_reduce_latency_seconds: float = 0.0,
+    bandwidth_efficiency: float = DECODE_BANDWIDTH_EFFICIENCY,
+    compute_efficiency: float = PREFILL_COMPUTE_EFFICIENCY,
+    step_overhead_seconds: float = STEP_OVERHEAD_SECONDS,
 ) -> StepModel:
-    """The step model of a replica (whole devices summed: tensor parallel shares weights and KV)."""
-    bandwidth = bandwidth_bytes_per_s * DECODE_BANDWIDTH_EFFICIENCY
-    overhead = STEP_OVERHEAD_SECONDS + (EAGER_STEP_OVERHEAD_SECONDS if eager else 0.0)
+    """The step model of a replica (whole devices summed: tensor parallel shares weights and KV, and pays
+    its all-reduces over the devices' link). The efficiencies and the overhead default to the catalog's
+    estimates; a service's calibration (autoscale/calibration.py) gives its measured ones."""
+    bandwidth = bandwidth_bytes_per_s * bandwidth_efficiency
+    overhead = step_overhead_seconds + (EAGER_STEP_OVERHEAD_SECONDS if eager else 0.0)
+    per_token = 0.0
+    if tensor_parallel > 1:
+        if link_bytes_per_s <= 0 or layers <= 0 or hidden_size <= 0:
+            raise ValueError("tensor parallel needs the layers, the hidden size and the link bandwidth")
+        calls = ALL_REDUCES_PER_LAYER * layers
+        ring = 2 * (tensor_parallel - 1) / tensor_parallel
+        overhead += calls * all_reduce_latency_seconds
+        per_token = calls * ring * hidden_size * activation_bytes / link_bytes_per_s
     return StepModel(
         weight_read_seconds=overhead + weight_bytes / bandwidth,
         seconds_per_context_token=kv_bytes_per_token / bandwidth,
-        seconds_per_prefill_token=2 * parameters / (fp16_tflops * 1e12 * PREFILL_COMPUTE_EFFICIENCY),
+        seconds_per_prefill_token=2 * parameters / (fp16_tflops * 1e12 * compute_efficiency),
+        seconds_per_step_token=per_token,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
@@ -753,6 +753,7 @@ def _step_model(
     else:
         bandwidth = accel.bandwidth_bytes_per_s * candidate.count
         tflops = accel.fp16_dense_tflops * candidate.count
+    link = accel.interconnect
     return step_model(
         bandwidth_bytes_per_s=bandwidth,
         fp16_tflops=tflops,
@@ -760,7 +761,25 @@ def _step_model(
         kv_bytes_per_token=kv_per_token,
         parameters=shape.parameters,
         eager=eager,
+        tensor_parallel=candidate.count if candidate.mig is None else 1,
+        layers=shape.layers,
+        hidden_size=_hidden_size(shape),
+        activation_bytes=ACTIVATION_DTYPE_BYTES,
+        link_bytes_per_s=link.link_bytes_per_s,
+        all_reduce_latency_seconds=link.all_reduce_latency_seconds,
     )
+
+
+# Activations (what the all-reduces move) stay in 16 bits whatever the weights' quantization.
+ACTIVATION_DTYPE_BYTES = 2
+
+
+def _hidden_size(shape: ModelShape) -> int:
+    """The residual stream's width; for a user-given architecture without it, from ~12 layers x hidden^2
+    parameters in the transformer blocks."""
+    if shape.hidden_size is not None:
+        return shape.hidden_size
+    return max(1, round(math.sqrt(shape.parameters / (12 * shape.layers))))
 
 
 @dataclass(frozen=True)
@@ -1132,7 +1151,8 @@ def _choose_auto(
         notes.append("no node inventory: chose the cheapest catalog option; it may not exist in the cluster")
     # A replica over several nodes only where no single node present fits (and enough nodes offer one).
     multi = sorted(multi_node_candidates(config), key=lambda c: _sort_key(c, config))
-    for options in (present, [c for c in multi if inventory is None or _present(c, inventory)]):
+    multi = [c for c in multi if inventory is None or _present(c, inventory)]
+    for options in (present, multi):
         for catalog_option in options:
             # Size with the memory the nodes label, when they do.
             candidate = (
@@ -1141,6 +1161,11 @@ def _choose_auto(
                 else catalog_option
             )
             sized = _try_size(request, candidate, config)
+            if sized is not None and (
+                unpaid := _tensor_parallel_unpaid(sized, options, request, config, inventory)
+            ):
+                notes.append(unpaid)
+                continue
             if sized is not None:
                 where = "present in the cluster " if inventory is not None else ""
                 notes.append(
@@ -1148,6 +1173,7 @@ def _choose_auto(
                     f"({candidate.price(config):.2f}/h relative price)"
                 )
                 return sized, notes
+    _raise_if_tpot_unreachable(request, config, [*present, *multi], inventory)
     if inventory is not None:
         unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
         raise PlanningError(
@@ -1157,6 +1183,84 @@ def _choose_auto(
         )
     raise PlanningError(
         f"no accelerator in the catalog fits {request.model_name}: {_smallest_fitting(request, config)}"
+    )
+
+
+def _decode_rate(sized: _Sized, request: _Request, config: PlanningConfig) -> float:
+    """Output tokens per second a replica decodes within the TPOT objective (typical sequences)."""
+    tuning = _tpot_tuning(request, sized.candidate, sized.steps, config)
+    assert tuning is not None  # only called with a TPOT objective
+    return min(tuning.batch, sized.max_num_seqs) / tuning.step_seconds
+
+
+def _tensor_parallel_unpaid(
+    sized: _Sized,
+    options: list[Candidate],
+    request: _Request,
+    config: PlanningConfig,
+    inventory: Inventory | None,
+) -> str | None:
+    """Why auto skips a tensor-parallel replica whose GPUs do not pay for themselves; None when they do.
+
+    Under a TPOT objective a replica of several GPUs decodes faster (their bandwidth adds up) but pays the
+    all-reduces over its link. Its extra GPUs pay only where it decodes at least as many tokens per second
+    per unit of price as the best single-GPU option that meets the objective too; else replicas of that
+    GPU serve the same load for less."""
+    candidate = sized.candidate
+    if request.slo is None or request.slo.tpot_seconds is None or candidate.count == 1 or candidate.nodes > 1:
+        return None
+    rate = _decode_rate(sized, request, config) / candidate.price(config)
+    best: tuple[float, Candidate] | None = None
+    for option in options:
+        if option.count != 1 or option.nodes != 1:
+            continue
+        single = _try_size(
+            request, _place(option, config, inventory).candidate if inventory is not None else option, config
+        )
+        if single is None:
+            continue
+        single_rate = _decode_rate(single, request, config) / single.candidate.price(config)
+        if best is None or single_rate > best[0]:
+            best = (single_rate, single.candidate)
+    if best is None or best[0] < rate:
+        return None
+    return (
+        f"auto: not {candidate.name}: its tensor parallel decodes {rate:.0f} tokens/s per unit of hourly "
+        f"price within the TPOT objective, {best[1].name} {best[0]:.0f}; its extra GPUs do not pay"
+    )
+
+
+def _raise_if_tpot_unreachable(
+    request: _Request, config: PlanningConfig, options: list[Candidate], inventory: Inventory | None
+) -> None:
+    """A PlanningError naming the TPOT objective when it, not memory, is why nothing fits."""
+    slo = request.slo
+    if slo is None or slo.tpot_seconds is None:
+        return
+    relaxed = replace(request, slo=slo.model_copy(update={"tpot_seconds": None}))
+    context = float(config.typical_sequence_tokens)
+    fastest: tuple[float, Candidate] | None = None
+    for option in options:
+        candidate = _place(option, config, inventory).candidate if inventory is not None else option
+        sized = _try_size(relaxed, candidate, config)
+        if sized is None:
+            continue
+        one = sized.steps.step_seconds(1, context)
+        if fastest is None or one < fastest[0]:
+            fastest = (one, candidate)
+    if fastest is None:
+        return  # memory is the reason: the caller says so
+    where = (
+        "present in the cluster"
+        if inventory is not None
+        else f"in the catalog (up to {config.max_gpus_per_replica} GPUs)"
+    )
+    raise PlanningError(
+        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met by any accelerator {where}: the "
+        f"best achievable TPOT for {request.model_name} is ~{fastest[0] * 1000:.1f} ms per token (one "
+        f"sequence of {config.typical_sequence_tokens} tokens on {fastest[1].name}, all-reduces included); "
+        f"raise autoscaling.slo.tpotSeconds to at least {math.ceil(fastest[0] * 1000 * 1.1) / 1000:g} or "
+        "make a faster accelerator available"
     )
 
 
