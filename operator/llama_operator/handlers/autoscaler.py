@@ -23,7 +23,7 @@ from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.accelerators import accelerator
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
-from llama_operator.handlers.indexes import activator_route, owned_deployment
+from llama_operator.handlers.indexes import activator_route
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.handlers.written_status import WrittenStatus
@@ -136,7 +136,7 @@ def holding(key: ServiceKey, body: dict[str, Any], deployment: dict[str, Any] | 
     plan = status_plan(body.get("status"))
     if deployment is None or plan is None:
         return None
-    count = plan.count if _is_gpu(plan.accelerator) else 0
+    count = plan.count * plan.nodes if _is_gpu(plan.accelerator) else 0
     replicas = int((deployment.get("spec") or {}).get("replicas") or 0)
     return Holding(
         namespace=key[0],
@@ -228,7 +228,7 @@ def _autoscaled_services(
     held: list[Holding] = []
     for key, store in list(indexes.llamaservices.items()):
         for body in list(store):
-            deployment = owned_deployment(indexes.deployments, key, body["metadata"].get("uid"))
+            deployment = indexes.workload(key, body["metadata"].get("uid"))
             gpus = holding(key, body, deployment)
             if gpus is not None:
                 held.append(gpus)
@@ -355,6 +355,8 @@ def _scale(
     namespace, name = key
     set_deployment_replicas(
         memo.kube,
+        api_version=str(deployment.get("apiVersion") or "apps/v1"),
+        kind=str(deployment.get("kind") or "Deployment"),
         namespace=namespace,
         name=name,
         uid=str(object_uid(deployment)),
@@ -362,7 +364,7 @@ def _scale(
         field_manager=memo.settings.autoscaler_field_manager,
     )
     report.replica_writes += 1
-    memo.metrics.wrote("Deployment")  # a scale-subresource write
+    memo.metrics.wrote(str(deployment.get("kind") or "Deployment"))  # a replicas-only write
     memo.metrics.scaled(namespace, name, current=current, replicas=replicas)
 
 

@@ -107,7 +107,8 @@ def owned_summary(body: kopf.Body) -> dict[str, Any]:
             "specManagers": spec_managers(meta.get("managedFields")),
         },
         "spec": dict(body.spec),
-        "status": dict(body.status) if body.get("kind") == "Deployment" else {},
+        # The replica counts the autoscaler and the status read: a Deployment's, or a LeaderWorkerSet's (groups).
+        "status": dict(body.status) if body.get("kind") in ("Deployment", "LeaderWorkerSet") else {},
     }
 
 
@@ -119,6 +120,14 @@ def _owned(body: kopf.Body, namespace: str | None, name: str) -> dict[ObjectKey,
 def deployment_index(
     body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
 ) -> dict[OwnerKey, dict[str, Any]]:
+    return {(str(namespace), labels[SERVICE_LABEL]): owned_summary(body)}
+
+
+@kopf.index("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={SERVICE_LABEL: kopf.PRESENT})
+def leader_worker_set_index(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> dict[OwnerKey, dict[str, Any]]:
+    """A multi-node LlamaService's workload in place of the Deployment (desired/leader_worker_set.py)."""
     return {(str(namespace), labels[SERVICE_LABEL]): owned_summary(body)}
 
 

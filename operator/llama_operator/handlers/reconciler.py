@@ -48,11 +48,27 @@ class Indexes:
     pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
     endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
     inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
+    leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
+
+    def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
+        """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""
+        return owned_deployment(self.deployments, key, owner_uid) or (
+            owned_deployment(self.leader_worker_sets, key, owner_uid)
+            if self.leader_worker_sets is not None
+            else None
+        )
 
     def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        if kind == "Deployment":
+        if kind in ("Deployment", "LeaderWorkerSet"):
+            by_owner: Mapping[OwnerKey, Any] = (
+                self.deployments if kind == "Deployment" else (self.leader_worker_sets or {})
+            )
             return next(
-                (d for d in self.deployments.get((namespace, name), []) if d["metadata"]["name"] == name),
+                (
+                    d
+                    for d in by_owner.get((namespace, name), [])
+                    if d["metadata"]["name"] == name and d.get("kind") == kind
+                ),
                 None,
             )
         index: Mapping[ObjectKey, Any] = {
@@ -153,7 +169,7 @@ def _reconcile(
     # Judged against the status as last written (by us or the autoscaler), not the index's older copy: a
     # condition the autoscaler has just set must not be written back to what it was.
     outcome = compute_outcome(
-        {**body, "status": before}, memo, indexes, owned_deployment(indexes.deployments, key, meta.get("uid"))
+        {**body, "status": before}, memo, indexes, indexes.workload(key, meta.get("uid"))
     )
     status = dict(outcome.status_patch)
     if outcome.desired is not None:
@@ -221,7 +237,7 @@ def _converge(
     )
     if report.namespace_terminating:
         return None
-    deployment = owned_deployment(indexes.deployments, key, meta.get("uid"))
+    deployment = indexes.workload(key, meta.get("uid"))
     parsed = parse_spec(body["spec"])  # valid: desired objects were built from it
     result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
     result.writes = report.writes

@@ -33,6 +33,7 @@ LABELLED_KINDS: tuple[tuple[str, str, str], ...] = (
     ("policy", "v1", "poddisruptionbudgets"),
     ("monitoring.coreos.com", "v1", "podmonitors"),
     ("inference.networking.k8s.io", "v1", "inferencepools"),
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
 )
 TRACEMALLOC_ENV = "LLAMA_OPERATOR_TRACEMALLOC_FILE"  # a path; "{pid}" in it is replaced
 _ROUTINE = re.compile(r"^(Handler|Indexer|Timer) '[^']*' succeeded\.$")
@@ -119,6 +120,7 @@ async def run_controller(*, memo: OperatorMemo, logger: kopf.Logger, **kwargs: A
         pod_monitors=kwargs["pod_monitor_index"],
         endpoint_slices=kwargs["endpoint_slice_index"],
         inference_pools=kwargs["inference_pool_index"],
+        leader_worker_sets=kwargs["leader_worker_set_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings

@@ -151,14 +151,23 @@ def execute(
 
 
 def set_deployment_replicas(
-    kube: Kube, *, namespace: str, name: str, uid: str, replicas: int, field_manager: str
+    kube: Kube,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    replicas: int,
+    field_manager: str,
+    api_version: str = "apps/v1",
+    kind: str = "Deployment",
 ) -> None:
     """Apply only spec.replicas of the Deployment with this uid (one this LlamaService controls), under the
-    autoscaler's own field manager (the one writer of that field)."""
+    autoscaler's own field manager (the one writer of that field). A multi-node LlamaService's
+    LeaderWorkerSet likewise: its spec.replicas counts groups, so the autoscaler scales whole groups."""
     kube.apply(
         {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            "apiVersion": api_version,
+            "kind": kind,
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"replicas": replicas},
         },
