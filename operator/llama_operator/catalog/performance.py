@@ -152,3 +152,45 @@ def step_model(
         seconds_per_prefill_token=2 * parameters / (fp16_tflops * 1e12 * compute_efficiency),
         seconds_per_step_token=per_token,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """What a replica's step model is built from apart from its efficiency factors: catalog figures."""
+
+    bandwidth_bytes_per_s: float  # the replica's devices summed
+    fp16_tflops: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    parameters: float
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """The step model's efficiency factors: the catalog's or calibrated ones."""
+
+    bandwidth_efficiency: float
+    compute_efficiency: float
+    step_overhead_seconds: float
+
+
+CATALOG_FACTORS = Factors(
+    bandwidth_efficiency=DECODE_BANDWIDTH_EFFICIENCY,
+    compute_efficiency=PREFILL_COMPUTE_EFFICIENCY,
+    step_overhead_seconds=STEP_OVERHEAD_SECONDS,
+)
+
+
+def calibrated_step_model(hardware: Hardware, fitted: Factors, *, eager: bool = False) -> StepModel:
+    """The step model of a replica with calibrated factors in place of the catalog's."""
+    return step_model(
+        bandwidth_bytes_per_s=hardware.bandwidth_bytes_per_s,
+        fp16_tflops=hardware.fp16_tflops,
+        weight_bytes=hardware.weight_bytes,
+        kv_bytes_per_token=hardware.kv_bytes_per_token,
+        parameters=hardware.parameters,
+        eager=eager,
+        bandwidth_efficiency=fitted.bandwidth_efficiency,
+        compute_efficiency=fitted.compute_efficiency,
+        step_overhead_seconds=fitted.step_overhead_seconds,
+    )

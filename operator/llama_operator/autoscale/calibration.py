@@ -1,0 +1,181 @@
+"""A step model that calibrates itself: the catalog's efficiency factors fitted to a service's own steps.
+
+The step model (catalog.performance) predicts a step from data-sheet figures and three estimates: the
+share of the bandwidth a decode step reaches (eta), the share of the FLOPS a prompt chunk reaches (mu),
+and a fixed time per step (t0). Written in the unknowns x = (t0, 1/eta, 1/mu), a step is linear:
+
+    step = t0 + (1/eta) * (W + batch * context * kv_bytes) / BW + (1/mu) * chunk * 2 P / FLOPS
+
+Each evaluation cycle gives one observation of a service's replicas from its own vLLM series: the mean
+inter-token interval (rate(vllm:inter_token_latency_seconds_sum) / rate(..._count), one step per token),
+the sequences running per replica (vllm:num_requests_running) with their mean context (prompt plus half
+the output, from the token counters), and the prompt tokens a step computes beside them (the prompt
+token rate per replica times the step). The estimator is weighted least squares with the catalog's
+figures as a prior (pseudo-observations, so a few cycles of little information do not move it far) and
+exponential forgetting (the hardware under a service can change: a new node, another GPU). Its whole
+state is a few sums, persisted in the LlamaService's status, so a restart loses nothing.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llama_operator.catalog.performance import (
+    CATALOG_FACTORS,
+    Factors,
+    Hardware,
+    calibrated_step_model,
+)
+
+__all__ = ["CATALOG_FACTORS", "Factors", "Hardware", "calibrated_step_model"]
+
+# How far the prior lets each unknown move before data outweigh it: a relative standard deviation. The
+# design brief's ranges (eta 0.5-0.8, mu ~0.4, t0 3-5 ms) are narrower; hardware off the data sheet by
+# 30 % in either direction must still be reachable.
+PRIOR_RELATIVE_SPREAD = 0.5
+# A mean inter-token interval over a minute is an average of thousands of steps, but the context and
+# the chunk it is set against are estimated: ~5 % relative noise per observation.
+OBSERVATION_RELATIVE_NOISE = 0.05
+# Each new observation discounts the old ones by this factor: ~100 cycles of memory.
+FORGETTING = 0.99
+# Below this many tokens per replica in the window, an observation says too little (a lone request's
+# steps are dominated by sampling and scheduling noise).
+MIN_TOKENS_PER_OBSERVATION = 50
+UNKNOWNS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class StepObservation:
+    """One cycle's steps on one service's replicas, per replica."""
+
+    mean_step_seconds: float  # the mean inter-token interval
+    batch: float  # sequences decoding per step
+    mean_context: float  # tokens of context each decoding sequence reads
+    chunk: float  # prompt tokens computed per step
+    tokens: float = float(MIN_TOKENS_PER_OBSERVATION)  # output tokens the mean is taken over
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The estimator's state: the weighted normal equations of the observations so far (upper triangle of
+    A = sum w f f^T, then b = sum w f y) and how many observations they hold (discounted)."""
+
+    normal: tuple[float, ...] = field(default=(0.0,) * 6)
+    target: tuple[float, ...] = field(default=(0.0,) * UNKNOWNS)
+    observations: float = 0.0
+
+    def to_wire(self) -> list[float]:
+        """Flat, for the LlamaService's status."""
+        return [*self.normal, *self.target, self.observations]
+
+    @classmethod
+    def from_wire(cls, values: Sequence[float]) -> Calibration:
+        if len(values) != 6 + UNKNOWNS + 1:
+            return cls()
+        return cls(normal=tuple(values[:6]), target=tuple(values[6:9]), observations=float(values[9]))
+
+
+def features(hardware: Hardware, observation: StepObservation) -> tuple[float, float, float]:
+    """The observation's row in the unknowns (t0, 1/eta, 1/mu)."""
+    read = hardware.weight_bytes + observation.batch * observation.mean_context * hardware.kv_bytes_per_token
+    compute = observation.chunk * 2 * hardware.parameters / (hardware.fp16_tflops * 1e12)
+    return (1.0, read / hardware.bandwidth_bytes_per_s, compute)
+
+
+def observe(state: Calibration, hardware: Hardware, observation: StepObservation) -> Calibration:
+    """The state with one more observation (older ones discounted); unchanged when it says too little."""
+    if (
+        observation.tokens < MIN_TOKENS_PER_OBSERVATION
+        or observation.mean_step_seconds <= 0
+        or observation.batch < 1
+    ):
+        return state
+    row = features(hardware, observation)
+    weight = 1.0 / (OBSERVATION_RELATIVE_NOISE * observation.mean_step_seconds) ** 2
+    normal = [FORGETTING * a for a in state.normal]
+    target = [FORGETTING * b for b in state.target]
+    k = 0
+    for i in range(UNKNOWNS):
+        for j in range(i, UNKNOWNS):
+            normal[k] += weight * row[i] * row[j]
+            k += 1
+        target[i] += weight * row[i] * observation.mean_step_seconds
+    return Calibration(
+        normal=tuple(normal), target=tuple(target), observations=FORGETTING * state.observations + 1
+    )
+
+
+def _prior(prior: Factors) -> tuple[float, float, float]:
+    return (prior.step_overhead_seconds, 1.0 / prior.bandwidth_efficiency, 1.0 / prior.compute_efficiency)
+
+
+def factors(state: Calibration, prior: Factors = CATALOG_FACTORS) -> Factors:
+    """The calibrated factors: the prior where the observations say nothing, the data where they do."""
+    x0 = _prior(prior)
+    precision = [1.0 / (PRIOR_RELATIVE_SPREAD * x) ** 2 for x in x0]
+    matrix = [[0.0] * UNKNOWNS for _ in range(UNKNOWNS)]
+    k = 0
+    for i in range(UNKNOWNS):
+        for j in range(i, UNKNOWNS):
+            matrix[i][j] = matrix[j][i] = state.normal[k]
+            k += 1
+    rhs = [state.target[i] + precision[i] * x0[i] for i in range(UNKNOWNS)]
+    for i in range(UNKNOWNS):
+        matrix[i][i] += precision[i]
+    x = _solve(matrix, rhs)
+    # Physical bounds: an efficiency above 1 or an overhead below 0 is noise, not hardware.
+    return Factors(
+        step_overhead_seconds=max(0.0, x[0]),
+        bandwidth_efficiency=min(1.0, 1.0 / max(x[1], 1.0)),
+        compute_efficiency=min(1.0, 1.0 / max(x[2], 1.0)),
+    )
+
+
+def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (the matrix is symmetric positive definite: the prior's
+    precision is on its diagonal)."""
+    n = len(rhs)
+    a = [[*row, rhs[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, n):
+            ratio = a[r][col] / a[col][col]
+            for c in range(col, n + 1):
+                a[r][c] -= ratio * a[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (a[r][n] - sum(a[r][c] * x[c] for c in range(r + 1, n))) / a[r][r]
+    return x
+
+
+def observation_from_rates(
+    *,
+    mean_inter_token_seconds: float | None,
+    running_total: float,
+    ready_replicas: int,
+    request_rate: float,
+    prompt_token_rate: float,
+    generation_token_rate: float,
+    window_seconds: float,
+) -> StepObservation | None:
+    """One cycle's observation from a service's summed vLLM series; None when the window has too little."""
+    if (
+        mean_inter_token_seconds is None
+        or mean_inter_token_seconds <= 0
+        or ready_replicas <= 0
+        or request_rate <= 0
+    ):
+        return None
+    mean_prompt = prompt_token_rate / request_rate
+    mean_output = generation_token_rate / request_rate
+    return StepObservation(
+        mean_step_seconds=mean_inter_token_seconds,
+        batch=running_total / ready_replicas,
+        mean_context=mean_prompt + mean_output / 2,
+        chunk=prompt_token_rate / ready_replicas * mean_inter_token_seconds,
+        tokens=generation_token_rate * window_seconds / ready_replicas,
+    )
