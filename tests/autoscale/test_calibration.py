@@ -12,6 +12,7 @@ from llama_operator.autoscale.calibration import (
     Calibration,
     Factors,
     Hardware,
+    StepBasis,
     StepObservation,
     calibrated_step_model,
     factors,
@@ -28,6 +29,8 @@ LLAMA_1B_ON_T4 = Hardware(
     kv_bytes_per_token=32768,
     parameters=1.24e9,
 )
+
+BASIS = StepBasis.from_hardware(LLAMA_1B_ON_T4)
 
 
 def true_factors(speed: float) -> Factors:
@@ -52,7 +55,7 @@ def observed(truth: Factors, cycles: int, *, noise: float = 0.03, seed: int = 7)
         step = real.step_seconds(batch, context, chunk) * (1 + rng.gauss(0, noise))
         state = observe(
             state,
-            LLAMA_1B_ON_T4,
+            BASIS,
             StepObservation(
                 mean_step_seconds=step, batch=batch, mean_context=context, chunk=chunk, tokens=1e4
             ),
@@ -85,7 +88,7 @@ def test_the_factors_converge_to_hardware_30_percent_off_the_data_sheet(speed: f
 def test_a_cycle_with_too_few_tokens_moves_nothing() -> None:
     state = observe(
         Calibration(),
-        LLAMA_1B_ON_T4,
+        BASIS,
         StepObservation(mean_step_seconds=0.5, batch=1, mean_context=100, chunk=0, tokens=3),
     )
     assert state == Calibration()
@@ -115,3 +118,14 @@ def test_an_observation_from_a_services_rates() -> None:
         mean_inter_token_seconds=None, running_total=0, ready_replicas=1, request_rate=0,
         prompt_token_rate=0, generation_token_rate=0, window_seconds=60,
     ) is None  # fmt: skip
+
+
+def test_the_basis_behind_a_plans_step_model_gives_the_same_steps() -> None:
+    catalog = calibrated_step_model(LLAMA_1B_ON_T4, CATALOG_FACTORS)
+    basis = StepBasis.from_step_model(catalog)
+    assert basis.weights == pytest.approx(BASIS.weights)
+    assert basis.per_prefill_token == pytest.approx(BASIS.per_prefill_token)
+    slower = true_factors(0.7)
+    assert basis.step_model(slower).step_seconds(8, 1000, 256) == pytest.approx(
+        calibrated_step_model(LLAMA_1B_ON_T4, slower).step_seconds(8, 1000, 256)
+    )

@@ -269,6 +269,7 @@ class Fleet:
             starting=starting,
             draining=draining,
             itl_bucket_counts=tuple(self.itl.counts),
+            itl_sum_seconds=self.itl.sum,
             prompt_bucket_counts=tuple(self.prompts.counts),
         )
 

@@ -40,13 +40,15 @@ class ItlHistogram:
     """vllm:inter_token_latency_seconds, summed over the fleet: one observation per token after a
     sequence's first (vLLM observes every inter-token interval), per-bucket counts, +Inf last."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "sum")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(VLLM_ITL_BUCKETS) + 1)
+        self.sum = 0.0  # the histogram's _sum: seconds of every interval observed
 
     def observe(self, seconds: float, count: int = 1) -> None:
         self.counts[bisect_left(VLLM_ITL_BUCKETS, seconds)] += count
+        self.sum += seconds * count
 
 
 PROMPT_TOKEN_BUCKETS = VLLM_PROMPT_TOKEN_BUCKETS
@@ -82,6 +84,7 @@ class FleetSnapshot:
     draining: int
     itl_bucket_counts: tuple[int, ...] = ()
     prompt_bucket_counts: tuple[int, ...] = ()
+    itl_sum_seconds: float = 0.0
 
 
 class MetricsView:
@@ -161,9 +164,12 @@ class MetricsView:
         ttft = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_TTFT_BUCKETS, deltas))
         prompt = latest.prompt_tokens_total - earlier.prompt_tokens_total
         tpot = None
+        mean_itl = None
         if latest.itl_bucket_counts and earlier.itl_bucket_counts:
             itl = [a - b for a, b in zip(latest.itl_bucket_counts, earlier.itl_bucket_counts, strict=True)]
             tpot = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, itl))
+            if sum(itl) > 0:
+                mean_itl = (latest.itl_sum_seconds - earlier.itl_sum_seconds) / sum(itl)
         prompt_q = None
         if latest.prompt_bucket_counts and earlier.prompt_bucket_counts:
             finished = [
@@ -188,6 +194,7 @@ class MetricsView:
             window_seconds=span,
             tpot_percentile_seconds=tpot,
             prompt_tokens_percentile=prompt_q,
+            mean_inter_token_seconds=mean_itl,
         )
 
     def mean_in_flight(self, now: float, window: float) -> float:

@@ -27,6 +27,7 @@ from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
     Factors,
     Hardware,
+    StepModel,
     calibrated_step_model,
 )
 
@@ -78,14 +79,48 @@ class Calibration:
         return cls(normal=tuple(values[:6]), target=tuple(values[6:9]), observations=float(values[9]))
 
 
-def features(hardware: Hardware, observation: StepObservation) -> tuple[float, float, float]:
+@dataclass(frozen=True, slots=True)
+class StepBasis:
+    """A replica's step at full efficiency and no overhead: what the factors divide (seconds)."""
+
+    weights: float  # W / BW: reading the weights once
+    per_context_token: float  # kv_bytes / BW
+    per_prefill_token: float  # 2 P / FLOPS
+
+    @classmethod
+    def from_hardware(cls, hardware: Hardware) -> StepBasis:
+        return cls(
+            weights=hardware.weight_bytes / hardware.bandwidth_bytes_per_s,
+            per_context_token=hardware.kv_bytes_per_token / hardware.bandwidth_bytes_per_s,
+            per_prefill_token=2 * hardware.parameters / (hardware.fp16_tflops * 1e12),
+        )
+
+    @classmethod
+    def from_step_model(cls, steps: StepModel, prior: Factors = CATALOG_FACTORS) -> StepBasis:
+        """The basis behind a plan's step model (status.plan's step figures), built with `prior`'s factors."""
+        return cls(
+            weights=max(0.0, steps.weight_read_seconds - prior.step_overhead_seconds)
+            * prior.bandwidth_efficiency,
+            per_context_token=steps.seconds_per_context_token * prior.bandwidth_efficiency,
+            per_prefill_token=steps.seconds_per_prefill_token * prior.compute_efficiency,
+        )
+
+    def step_model(self, fitted: Factors) -> StepModel:
+        """The step model with `fitted` factors."""
+        return StepModel(
+            weight_read_seconds=fitted.step_overhead_seconds + self.weights / fitted.bandwidth_efficiency,
+            seconds_per_context_token=self.per_context_token / fitted.bandwidth_efficiency,
+            seconds_per_prefill_token=self.per_prefill_token / fitted.compute_efficiency,
+        )
+
+
+def features(basis: StepBasis, observation: StepObservation) -> tuple[float, float, float]:
     """The observation's row in the unknowns (t0, 1/eta, 1/mu)."""
-    read = hardware.weight_bytes + observation.batch * observation.mean_context * hardware.kv_bytes_per_token
-    compute = observation.chunk * 2 * hardware.parameters / (hardware.fp16_tflops * 1e12)
-    return (1.0, read / hardware.bandwidth_bytes_per_s, compute)
+    read = basis.weights + observation.batch * observation.mean_context * basis.per_context_token
+    return (1.0, read, observation.chunk * basis.per_prefill_token)
 
 
-def observe(state: Calibration, hardware: Hardware, observation: StepObservation) -> Calibration:
+def observe(state: Calibration, basis: StepBasis, observation: StepObservation) -> Calibration:
     """The state with one more observation (older ones discounted); unchanged when it says too little."""
     if (
         observation.tokens < MIN_TOKENS_PER_OBSERVATION
@@ -93,7 +128,7 @@ def observe(state: Calibration, hardware: Hardware, observation: StepObservation
         or observation.batch < 1
     ):
         return state
-    row = features(hardware, observation)
+    row = features(basis, observation)
     weight = 1.0 / (OBSERVATION_RELATIVE_NOISE * observation.mean_step_seconds) ** 2
     normal = [FORGETTING * a for a in state.normal]
     target = [FORGETTING * b for b in state.target]

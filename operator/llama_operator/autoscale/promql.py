@@ -114,6 +114,9 @@ def signal_queries(
         "kv_cache": f"avg by ({by}) ({kv_metric})",
         "prompt_tokens": f"sum by ({by}) (rate({VLLM_PROMPT_TOKENS}[{w}]))",
         "generation_tokens": f"sum by ({by}) (rate({VLLM_GENERATION_TOKENS}[{w}]))",
+        # The mean engine step, for the step model's calibration (no token in the window: NaN, dropped).
+        "mean_inter_token": f"sum by ({by}) (rate({VLLM_ITL}_sum[{w}])) / sum by ({by}) "
+        f"(rate({VLLM_ITL}_count[{w}]))",
         # Scrape health of the service's targets: up is 1 per target scraped in the last interval.
         "targets_up": f'sum by ({by}) (up{{{labels.service}!=""}})',
     }
@@ -204,5 +207,6 @@ def assemble_signals(
             burst_request_rate=burst_rate if burst else None,
             burst_prompt_token_rate=burst_prompt if burst else None,
             burst_window_seconds=burst_window_seconds if burst else None,
+            mean_inter_token_seconds=per.get("mean_inter_token", {}).get(key),
         )
     return out

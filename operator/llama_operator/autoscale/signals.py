@@ -17,6 +17,8 @@ simulator fills it from its own scrapes. Intended PromQL, summed per LlamaServic
 - generation_token_rate:   sum(rate(vllm:generation_tokens_total[w]))
 - prompt_tokens_percentile: histogram_quantile(q, sum by (le) (rate(
                              vllm:request_prompt_tokens_bucket[w])))
+- mean_inter_token_seconds: sum(rate(vllm:inter_token_latency_seconds_sum[w]))
+                           / sum(rate(vllm:inter_token_latency_seconds_count[w]))
 - burst_request_rate, burst_prompt_token_rate: request_rate and prompt_token_rate over the burst
                            window `b` (a scrape or two) instead of `w`
 """
@@ -99,6 +101,9 @@ class Signals:
     burst_request_rate: float | None = None
     burst_prompt_token_rate: float | None = None
     burst_window_seconds: float | None = None
+    # The mean inter-token interval over the window (rate of vllm:inter_token_latency_seconds' sum over
+    # its count): the mean engine step, which calibrates the step model (autoscale/calibration.py).
+    mean_inter_token_seconds: float | None = None
 
     @classmethod
     def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:
