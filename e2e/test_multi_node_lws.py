@@ -34,14 +34,16 @@ from llama_operator.planning import PlanningConfig, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
 from localcluster.binaries import ensure_lws_controller
 from localcluster.config import CachePaths, cache_dir
-from support import Cluster, eventually, free_port
+from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 CRD_FILE = Path(__file__).parent / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
-NODES = [f"lws-h100-{i}" for i in range(4)]
+# Two groups of two pods for the controller's test, and the operator's service after it (pods of a deleted
+# namespace may still hold their nodes): six nodes of eight H100s.
+NODES = [f"lws-h100-{i}" for i in range(6)]
 
 
 def h100_node(name: str) -> dict[str, Any]:
@@ -97,7 +99,17 @@ def rendered(namespace: str, replicas: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def lws_crd(cluster: Cluster) -> Iterator[None]:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    # Right after the apply the CRD may have no conditions yet, which `kubectl wait` takes as an error.
+    eventually(
+        "the LeaderWorkerSet CRD established",
+        lambda: (
+            cluster.kubectl(
+                "wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=10s", check=False
+            ).returncode
+            == 0
+        ),
+        60,
+    )
     yield
     cluster.kubectl("delete", "crd", CRD_NAME, "--timeout=60s", check=False)
 
@@ -142,25 +154,28 @@ def test_the_rendered_leader_worker_set_passes_the_real_crd(
     assert refused.returncode != 0 and "leaderWorkerTemplate.size" in refused.stderr
 
 
-def _controller_binary() -> Path | None:
-    """The LWS controller, when it builds (LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0 skips the build)."""
-    if os.environ.get("LLAMA_OPERATOR_E2E_LWS_CONTROLLER", "1") == "0":
-        return None
-    try:
-        return ensure_lws_controller(CachePaths(cache_dir()))
-    except Exception as error:  # the module proxy may not serve it: say so, test the rest
-        pytest.skip(f"the LWS controller did not build from the module proxy: {error}")
-
-
-def test_groups_land_on_kwok_h100_nodes_a_node_each(
-    cluster: Cluster, lws_crd: None, namespace: str, tmp_path: Path
-) -> None:
-    binary = _controller_binary()
-    if binary is None:
-        pytest.skip("LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0")
+@pytest.fixture(scope="module")
+def h100_nodes(cluster: Cluster) -> Iterator[list[str]]:
     for name in NODES:
         assert cluster.apply(h100_node(name), "default").returncode == 0
-    config = tmp_path / "lws-config.yaml"
+    yield NODES
+    for name in NODES:
+        cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def lws_controller(
+    cluster: Cluster, lws_crd: None, h100_nodes: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """The LWS controller, when it builds from the module proxy (LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0 skips)."""
+    if os.environ.get("LLAMA_OPERATOR_E2E_LWS_CONTROLLER", "1") == "0":
+        pytest.skip("LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0")
+    try:
+        binary = ensure_lws_controller(CachePaths(cache_dir()))
+    except Exception as error:  # the module proxy may not serve it: say so, test the rest
+        pytest.skip(f"the LWS controller did not build from the module proxy: {error}")
+    workdir = tmp_path_factory.mktemp("lws")
+    config = workdir / "lws-config.yaml"
     config.write_text(
         "apiVersion: config.lws.x-k8s.io/v1alpha1\nkind: Configuration\n"
         "leaderElection:\n  leaderElect: false\n"
@@ -169,73 +184,109 @@ def test_groups_land_on_kwok_h100_nodes_a_node_each(
         f"health:\n  healthProbeBindAddress: 127.0.0.1:{free_port()}\n"
         f"webhook:\n  port: {free_port()}\n"
     )
-    log = (tmp_path / "lws.log").open("w")
-    env = {**os.environ, "KUBECONFIG": str(cluster.info.kubeconfig), "ENABLE_WEBHOOKS": "false"}
-    controller = subprocess.Popen(
-        [str(binary), f"--config={config}", "--leader-elect=false"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    try:
-        lws = rendered(namespace, replicas=2)
-        done = cluster.apply(lws, namespace)
-        assert done.returncode == 0, done.stderr
-        # The leader StatefulSet: one pod per group (LWS spec.replicas counts groups).
-        leaders = eventually(
-            "the controller's leader StatefulSet",
-            lambda: cluster.get("statefulset", "big", namespace),
-            60,
+    with (workdir / "lws.log").open("w") as log:
+        env = {**os.environ, "KUBECONFIG": str(cluster.info.kubeconfig), "ENABLE_WEBHOOKS": "false"}
+        controller = subprocess.Popen(
+            [str(binary), f"--config={config}", "--leader-elect=false"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
-        assert leaders["spec"]["replicas"] == 2
-
-        def placed() -> list[dict[str, Any]] | None:
-            pods = cluster.list_objects("pods", namespace)
-            scheduled = [p for p in pods if p["spec"].get("nodeName")]
-            return scheduled if len(scheduled) == 4 else None
-
-        # Two groups of two pods (a leader and the worker the controller makes for it): four H100 nodes.
-        pods = eventually("both groups' pods scheduled on kwok H100 nodes", placed, 60)
-        nodes = {p["spec"]["nodeName"] for p in pods}
-        assert len(nodes) == 4 and nodes <= set(NODES)  # a whole node's GPUs each: one pod per node
-        for pod in pods:
-            assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
-        # Only leaders are the LlamaService's pods (its Service, PodMonitor and router select them).
-        leaders = [p for p in pods if p["metadata"]["labels"].get(SERVICE_LABEL) == "big"]
-        workers = [p for p in pods if p["metadata"]["labels"].get(WORKER_OF_LABEL) == "big"]
-        assert len(leaders) == 2 and len(workers) == 2
-        assert all(
-            p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0" for p in leaders
-        )
-        # Scaling whole groups: spec.replicas through the scale subresource, as the autoscaler writes it.
-        cluster.kubectl(
-            "scale", "leaderworkersets.leaderworkerset.x-k8s.io/big", "-n", namespace, "--replicas=1"
-        )
-        eventually(
-            "the leader StatefulSet scaled to one group",
-            lambda: (cluster.get("statefulset", "big", namespace) or {}).get("spec", {}).get("replicas") == 1,
-            60,
-        )
-        eventually(
-            "the second group's pods gone",
-            lambda: (
-                len(
-                    [
-                        p
-                        for p in cluster.list_objects("pods", namespace)
-                        if not p["metadata"].get("deletionTimestamp")
-                    ]
-                )
-                == 2
-            ),
-            60,
-        )
-    finally:
+        yield
         controller.terminate()
         try:
             controller.wait(timeout=20)
         except subprocess.TimeoutExpired:
             controller.kill()
-        log.close()
-        for name in NODES:
-            cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def placed_pods(cluster: Cluster, namespace: str, count: int) -> list[dict[str, Any]] | None:
+    pods = [p for p in cluster.list_objects("pods", namespace) if not p["metadata"].get("deletionTimestamp")]
+    scheduled = [p for p in pods if p["spec"].get("nodeName")]
+    return scheduled if len(scheduled) == count == len(pods) else None
+
+
+def test_groups_land_on_kwok_h100_nodes_a_node_each(
+    cluster: Cluster, lws_controller: None, namespace: str
+) -> None:
+    lws = rendered(namespace, replicas=2)
+    done = cluster.apply(lws, namespace)
+    assert done.returncode == 0, done.stderr
+    # The leader StatefulSet: one pod per group (LWS spec.replicas counts groups).
+    leaders = eventually(
+        "the controller's leader StatefulSet", lambda: cluster.get("statefulset", "big", namespace), 60
+    )
+    assert leaders["spec"]["replicas"] == 2
+    # Two groups of two pods (a leader and the worker the controller makes for it): four H100 nodes.
+    pods = eventually(
+        "both groups' pods scheduled on kwok H100 nodes", lambda: placed_pods(cluster, namespace, 4), 60
+    )
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert len(nodes) == 4 and nodes <= set(NODES)  # a whole node's GPUs each: one pod per node
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    # Only leaders are the LlamaService's pods (its Service, PodMonitor and router select them).
+    leader_pods = [p for p in pods if p["metadata"]["labels"].get(SERVICE_LABEL) == "big"]
+    workers = [p for p in pods if p["metadata"]["labels"].get(WORKER_OF_LABEL) == "big"]
+    assert len(leader_pods) == 2 and len(workers) == 2
+    assert all(
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0" for p in leader_pods
+    )
+    # Scaling whole groups: spec.replicas, as the autoscaler writes it.
+    cluster.kubectl("scale", "leaderworkersets.leaderworkerset.x-k8s.io/big", "-n", namespace, "--replicas=1")
+    eventually("the second group's pods gone", lambda: placed_pods(cluster, namespace, 2), 60)
+    cluster.kubectl("delete", "leaderworkersets.leaderworkerset.x-k8s.io/big", "-n", namespace)
+
+
+@pytest.fixture(scope="module")
+def lws_operator(
+    cluster: Cluster, lws_crd: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, started with the LeaderWorkerSet kind present."""
+    proc = OperatorProcess(cluster, log_dir=tmp_path_factory.mktemp("operator"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def test_the_operator_serves_a_405b_as_groups_of_two_nodes(
+    cluster: Cluster, lws_controller: None, lws_operator: OperatorProcess, namespace: str
+) -> None:
+    manifest = llamaservice_manifest(
+        "big",
+        model={"name": "meta-llama/Llama-3.1-405B-Instruct"},
+        accelerator={"type": "h100-80gb", "count": 8, "nodes": 2},
+        replicas=1,
+    )
+    assert cluster.apply(manifest, namespace).returncode == 0
+    lws = eventually(
+        "the operator's LeaderWorkerSet",
+        lambda: cluster.get("leaderworkersets.leaderworkerset.x-k8s.io", "big", namespace),
+        60,
+    )
+    assert lws["metadata"]["ownerReferences"][0]["kind"] == "LlamaService"
+    assert lws["spec"]["replicas"] == 1 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert cluster.get("deployment", "big", namespace) is None
+    pods = eventually(
+        "the group's two pods on two H100 nodes", lambda: placed_pods(cluster, namespace, 2), 60
+    )
+    assert {p["spec"]["nodeName"] for p in pods} <= set(NODES) and len(
+        {p["spec"]["nodeName"] for p in pods}
+    ) == 2
+    # Two replicas: a second group, on two more nodes.
+    cluster.kubectl(
+        "patch", "llamaservice", "big", "-n", namespace, "--type=merge", "-p", '{"spec": {"replicas": 2}}'
+    )
+    eventually(
+        "the LeaderWorkerSet at two groups",
+        lambda: (
+            (cluster.get("leaderworkersets.leaderworkerset.x-k8s.io", "big", namespace) or {})
+            .get("spec", {})
+            .get("replicas")
+            == 2
+        ),
+        60,
+    )
+    eventually("both groups' pods placed", lambda: placed_pods(cluster, namespace, 4), 60)
+    plan = (cluster.llamaservice("big", namespace) or {}).get("status", {}).get("plan", {})
+    assert plan.get("nodes") == 2 and plan.get("count") == 8

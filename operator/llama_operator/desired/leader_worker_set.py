@@ -102,10 +102,11 @@ def build_leader_worker_set(
     spec: dict[str, Any] = {
         # Workers start with the leader, not after it is Ready: the leader is Ready only once they joined.
         "startupPolicy": "LeaderCreated",
-        # A new group comes up before an old one goes (a replica is the unit of capacity).
+        # One group replaced at a time, no surge: a spare group is a whole set of nodes (16 H100s for a 405B),
+        # which a cluster rarely has idle; LWS's own defaults, written out so the object says it.
         "rolloutStrategy": {
             "type": "RollingUpdate",
-            "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+            "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
         },
         "leaderWorkerTemplate": {
             "size": plan.nodes,
