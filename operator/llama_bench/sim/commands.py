@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
+from llama_bench.sim.coldstart import CACHE_STATES, cold_start
 from llama_bench.sim.profile import load_profile
 from llama_bench.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
 from llama_bench.sim.trace import BUNDLED_TRACES
@@ -59,6 +60,14 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         "--percentile", type=float, default=95.0, help="TTFT percentile held to it (default 95)"
     )
     parser.add_argument("--cold-start", type=float, default=40.0, help="seconds before a new replica serves")
+    parser.add_argument(
+        "--cache-state",
+        choices=CACHE_STATES,
+        default=None,
+        help="take the cold start from its parts (sim/coldstart.py, docs/cold-start.md) for the accelerator and "
+        "model with this cache state: cold, image (pre-pulled), warm (image, weights on the node, compile "
+        "cache); replaces --cold-start",
+    )
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=20)
     parser.add_argument("--scrape-interval", type=int, default=5, help="Prometheus scrape interval, seconds")
@@ -123,7 +132,11 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         percentile=args.percentile,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
-        cold_start_seconds=args.cold_start,
+        cold_start_seconds=(
+            cold_start(args.accelerator, args.model, args.cache_state).total
+            if args.cache_state is not None
+            else args.cold_start
+        ),
         scrape_interval=args.scrape_interval,
         queue_depth_per_replica=args.queue_target,
         target_attainment=args.target_attainment,
@@ -190,6 +203,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         action="store_true",
         help="sweep every policy's main knob over the family (default dev): GPU-hours against windows "
         "within SLO per trace, frontier.md and frontier.png",
+    )
+    bench.add_argument(
+        "--cold-start-sweep",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="SECONDS",
+        help="policy slo on --family (default dev) at each of these cold starts: windows missed and how "
+        "many each second of cold start costs; cold-start.md and cold-start.png into --out",
     )
     _scenario_arguments(bench)
     _zero_arguments(bench, several=True)
@@ -264,6 +286,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.cold_start_sweep is not None:
+        try:
+            return run_cold_start_sweep(args, _scenario(args), progress)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if args.scale_to_zero is not None:
         try:
             return run_zero_bench(args, _scenario(args), progress, started)
@@ -296,6 +324,32 @@ def run_bench_command(args: argparse.Namespace) -> int:
         f"table: {args.out / 'table.md'}, targets: {args.out / 'targets.md'}, results: {args.out / 'results.json'}"
     )
     print(f"bench took {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def run_cold_start_sweep(
+    args: argparse.Namespace, scenario: Scenario, progress: Callable[[str], None]
+) -> int:
+    """`bench --cold-start-sweep SECONDS...`: windows missed by policy slo on the family at each cold start."""
+    from llama_bench.sim.coldsweep import (  # noqa: PLC0415 - pulls in plotting
+        cache_state_table,
+        plot_sweep,
+        run_sweep,
+        sweep_table,
+    )
+    from llama_bench.sim.family import family_traces  # noqa: PLC0415
+
+    traces = [t for t, _ in family_traces(args.family or "dev", args.minutes, args.only)]
+    points = run_sweep(scenario, traces, args.cold_start_sweep, progress)
+    parts = cache_state_table(scenario.accelerator, scenario.model)
+    table = sweep_table(points)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cold-start.md").write_text(table + "\n\n" + parts + "\n")
+    plot_sweep(points, scenario, args.out / "cold-start.png")
+    print(table)
+    print()
+    print(parts)
+    print(f"table: {args.out / 'cold-start.md'}, figure: {args.out / 'cold-start.png'}")
     return 0
 
 

@@ -98,6 +98,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".count",
             "reason": "FieldValueInvalid",
         },
+        {
+            "rule": "!has(self.nodes) || self.nodes == 1 || (!has(self.mig) && self.type != 'cpu')",
+            "message": "nodes > 1 spreads a replica over whole GPUs of several nodes: remove mig, or use a GPU "
+            "type (not cpu), or set nodes to 1",
+            "fieldPath": ".nodes",
+            "reason": "FieldValueInvalid",
+        },
     ],
     "spec.autoscaling": [
         {

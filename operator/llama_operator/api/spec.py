@@ -142,6 +142,26 @@ class ModelCache(WireModel):
         ),
     ] = None
 
+    node_local: Annotated[
+        bool,
+        Field(
+            description="Cache the weights and vLLM's compile cache on each node (a hostPath under "
+            "/var/lib/llama-operator/models/<namespace>), so a replica started where one ran before reads them "
+            "from local disk instead of downloading and compiling again. The namespace must allow hostPath "
+            "volumes (Pod Security 'privileged'). Not with persistentVolumeClaim.",
+        ),
+    ] = False
+
+    @model_validator(mode="after")
+    def _one_cache(self) -> ModelCache:
+        # As the CRD's CEL rule on spec.model.cache.
+        if self.node_local and self.persistent_volume_claim:
+            raise ValueError(
+                "model.cache.nodeLocal and model.cache.persistentVolumeClaim exclude each other: "
+                "a node-local cache or a claim, not both"
+            )
+        return self
+
     @field_validator("size_limit")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:

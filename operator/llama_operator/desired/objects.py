@@ -31,6 +31,9 @@ Manifest = dict[str, Any]
 HTTP_PORT = VLLM_PORT  # the container port named "http"
 SHM_PATH = "/dev/shm"
 TMP_PATH = "/tmp"
+NODE_CACHE_ROOT = "/var/lib/llama-operator/models"
+COMPILE_CACHE_PATH = f"{MODEL_CACHE_PATH}/vllm"
+VLLM_UID = 1000  # the user (and group) vLLM runs as
 CONTAINER_NAME = "vllm"
 POD_MONITOR_API = "monitoring.coreos.com/v1"
 # vLLM reads VLLM_PORT etc. from its environment; Kubernetes' service links would inject e.g.
@@ -114,7 +117,10 @@ def _env(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": f"{TMP_PATH}/home"},
         {"name": "HF_HOME", "value": f"{MODEL_CACHE_PATH}/hf"},
-        {"name": "VLLM_CACHE_ROOT", "value": f"{TMP_PATH}/vllm"},
+        # vLLM's torch.compile cache (torch_compile_cache/, keyed by config, torch and model code) on the
+        # model cache volume: a pod started where the volume persists (a claim, or the node-local cache)
+        # loads the compiled graphs instead of compiling again (docs/cold-start.md).
+        {"name": "VLLM_CACHE_ROOT", "value": COMPILE_CACHE_PATH},
         {"name": "XDG_CACHE_HOME", "value": f"{TMP_PATH}/cache"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
@@ -130,10 +136,25 @@ def _env(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
     return env
 
 
+def node_cache_path(svc: LlamaService) -> str:
+    """The node-local cache of the service's namespace (spec.model.cache.nodeLocal): one per namespace, so
+    tenants never read each other's weights; services of a namespace share downloads of one model."""
+    return f"{NODE_CACHE_ROOT}/{svc.metadata.namespace}"
+
+
+def node_local_cache(svc: LlamaService) -> bool:
+    cache = svc.spec.model.cache
+    return cache is not None and cache.node_local
+
+
 def _volumes(svc: LlamaService, plan: Plan) -> list[dict[str, Any]]:
     cache = svc.spec.model.cache
-    if cache is not None and cache.persistent_volume_claim:
-        model_volume: dict[str, Any] = {"persistentVolumeClaim": {"claimName": cache.persistent_volume_claim}}
+    if node_local_cache(svc):
+        model_volume: dict[str, Any] = {
+            "hostPath": {"path": node_cache_path(svc), "type": "DirectoryOrCreate"}
+        }
+    elif cache is not None and cache.persistent_volume_claim:
+        model_volume = {"persistentVolumeClaim": {"claimName": cache.persistent_volume_claim}}
     else:
         empty: dict[str, Any] = {}
         if cache is not None and cache.size_limit:
@@ -193,6 +214,26 @@ def _with_platform_affinity(planned: dict[str, Any] | None, platform: dict[str, 
     return merged
 
 
+def node_cache_owner_container(image: str) -> dict[str, Any]:
+    """kubelet creates a hostPath directory as root, and fsGroup does not apply to hostPath: this init
+    container (root, with CHOWN only) hands the node-local cache to the vLLM user before vLLM writes to it."""
+    return {
+        "name": "node-cache-owner",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["chown", f"{VLLM_UID}:{VLLM_UID}", MODEL_CACHE_PATH],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "16Mi"}},
+        "volumeMounts": [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH}],
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
 def scrape_annotations() -> dict[str, str]:
     return {
         "prometheus.io/scrape": "true",
@@ -237,6 +278,7 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
     }
     pod_spec: dict[str, Any] = {
         **({"readinessGates": [{"conditionType": ADAPTERS_READINESS_GATE}]} if plan.max_loras > 0 else {}),
+        **({"initContainers": [node_cache_owner_container(plan.image)]} if node_local_cache(svc) else {}),
         "containers": [container],
         "volumes": _volumes(svc, plan),
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
@@ -244,9 +286,9 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
         "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
+            "runAsUser": VLLM_UID,
+            "runAsGroup": VLLM_UID,
+            "fsGroup": VLLM_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "topologySpreadConstraints": [
