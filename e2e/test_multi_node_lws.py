@@ -290,3 +290,9 @@ def test_the_operator_serves_a_405b_as_groups_of_two_nodes(
     eventually("both groups' pods placed", lambda: placed_pods(cluster, namespace, 4), 60)
     plan = (cluster.llamaservice("big", namespace) or {}).get("status", {}).get("plan", {})
     assert plan.get("nodes") == 2 and plan.get("count") == 8
+
+
+def test_nodes_with_a_mig_slice_or_cpu_is_refused_at_apply(cluster: Cluster, namespace: str) -> None:
+    for accelerator in ({"type": "a100-80gb", "mig": "1g.10gb", "nodes": 2}, {"type": "cpu", "nodes": 2}):
+        done = cluster.apply(llamaservice_manifest("bad", accelerator=accelerator), namespace)
+        assert done.returncode != 0 and "spec.accelerator.nodes" in done.stderr, done.stderr

@@ -114,6 +114,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         }
     ],
+    "spec.model.cache": [
+        {
+            "rule": "!has(self.nodeLocal) || !self.nodeLocal || !has(self.persistentVolumeClaim)",
+            "message": "nodeLocal and persistentVolumeClaim exclude each other: a node-local cache or a claim",
+            "fieldPath": ".nodeLocal",
+            "reason": "FieldValueInvalid",
+        }
+    ],
     "spec.model.cache.sizeLimit": [
         {
             "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
