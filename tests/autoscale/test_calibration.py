@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.calibration import (
     CATALOG_FACTORS,
     Calibration,
@@ -19,6 +21,8 @@ from llama_operator.autoscale.calibration import (
     observation_from_rates,
     observe,
 )
+from llama_operator.autoscale.policy import decide
+from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 
 T4 = BUILTIN_CATALOG.get("t4")
@@ -129,3 +133,54 @@ def test_the_basis_behind_a_plans_step_model_gives_the_same_steps() -> None:
     assert basis.step_model(slower).step_seconds(8, 1000, 256) == pytest.approx(
         calibrated_step_model(LLAMA_1B_ON_T4, slower).step_seconds(8, 1000, 256)
     )
+
+
+def test_the_policy_calibrates_from_its_signals_persists_it_and_sizes_with_it() -> None:
+    """decide() on a service whose replicas step 1/0.7 as slowly as the plan says: the state (status)
+    carries the calibration, a state read back from its wire form goes on from it, and the decode need
+    it sizes from grows to what the slower hardware needs."""
+    planned = calibrated_step_model(LLAMA_1B_ON_T4, CATALOG_FACTORS)
+    real = calibrated_step_model(LLAMA_1B_ON_T4, true_factors(0.7))
+    spec = AutoscalingSpec(min_replicas=1, max_replicas=50, slo=SLOSpec(ttft_seconds=1.0, tpot_seconds=0.1))
+    state = AutoscalerState(
+        capacity_tokens_per_second=20_000.0,
+        capacity_prior_tokens_per_second=20_000.0,
+        decode_step_seconds=planned.weight_read_seconds,
+        decode_seconds_per_context_token=planned.seconds_per_context_token,
+        prefill_seconds_per_token=planned.seconds_per_prefill_token,
+        chunk_tokens=256,
+    )
+    uncalibrated = state
+    rng = random.Random(3)
+    for cycle in range(60):
+        batch, prompt, output, rate = rng.randint(4, 40), rng.choice((200, 800, 1500)), 200, 2.0
+        context = prompt + output / 2
+        step = real.step_seconds(batch, context, round(rate * prompt * 0.05))
+        chunk_tokens = rate * prompt * step  # prompt tokens one step computes at this rate
+        step = real.step_seconds(batch, context, round(chunk_tokens))
+        seen = Signals(
+            status=SignalStatus.OK, ttft_percentile_seconds=0.3, queue_waiting_total=0.0,
+            running_total=batch, kv_cache_usage=0.2, request_rate=rate, prompt_token_rate=rate * prompt,
+            generation_token_rate=rate * output, ready_replicas=1, starting_replicas=0, current_replicas=1,
+            window_seconds=60.0, tpot_percentile_seconds=step, mean_inter_token_seconds=step,
+        )  # fmt: skip
+        decision = decide(spec, seen, state, now=60.0 * cycle)
+        # What the operator writes to status and reads back after a restart.
+        state = AutoscalerState.model_validate(decision.state.to_wire())
+    calibration = state.step_calibration
+    assert calibration is not None and calibration.observations > 30
+    assert calibration.catalog_bandwidth_efficiency == CATALOG_FACTORS.bandwidth_efficiency
+    assert calibration.bandwidth_efficiency == pytest.approx(
+        0.7 * CATALOG_FACTORS.bandwidth_efficiency, rel=0.1
+    )
+    assert calibration.compute_efficiency == pytest.approx(0.7 * CATALOG_FACTORS.compute_efficiency, rel=0.1)
+    # Heavy decode load: the calibrated (slower) steps need more replicas than the data sheet's.
+    heavy = Signals(
+        status=SignalStatus.OK, ttft_percentile_seconds=0.3, queue_waiting_total=0.0, running_total=400,
+        kv_cache_usage=0.5, request_rate=20.0, prompt_token_rate=20.0 * 800, generation_token_rate=20.0 * 400,
+        ready_replicas=4, starting_replicas=0, current_replicas=4, window_seconds=60.0,
+        tpot_percentile_seconds=0.05, mean_inter_token_seconds=0.05,
+    )  # fmt: skip
+    by_catalog = decide(spec, heavy, uncalibrated, now=1e5).needed_replicas
+    by_calibration = decide(spec, heavy, state, now=1e5).needed_replicas
+    assert by_calibration > by_catalog

@@ -50,6 +50,30 @@ class ScalingDecision(WireModel):
     reason: Annotated[str, Field(description="Why.")]
 
 
+class StepCalibration(WireModel):
+    """The step model fitted to the hardware the service really runs on (autoscale/calibration.py), beside
+    the catalog's estimates: the policy sizes decode and prefill with the calibrated figures."""
+
+    observations: Annotated[
+        float,
+        Field(description="Observations (one-minute windows) the fit holds, older ones discounted.", ge=0),
+    ]
+    bandwidth_efficiency: Annotated[
+        float, Field(description="Calibrated share of the data-sheet memory bandwidth a decode step reaches.")
+    ]
+    compute_efficiency: Annotated[
+        float, Field(description="Calibrated share of the data-sheet FLOPS a prompt chunk reaches.")
+    ]
+    step_overhead_seconds: Annotated[float, Field(description="Calibrated fixed time per engine step.")]
+    catalog_bandwidth_efficiency: Annotated[float, Field(description="The catalog's estimate of it.")]
+    catalog_compute_efficiency: Annotated[float, Field(description="The catalog's estimate of it.")]
+    catalog_step_overhead_seconds: Annotated[float, Field(description="The catalog's estimate of it.")]
+    sums: Annotated[
+        list[float],
+        Field(description="The fit's weighted normal equations, kept so that a restart loses nothing."),
+    ] = Field(default_factory=list)
+
+
 class AutoscalerState(WireModel):
     """The policy's memory between evaluations."""
 
@@ -175,6 +199,10 @@ class AutoscalerState(WireModel):
             "scale) is never taken as demand: past the bounds the service goes back to this decision.",
             ge=0,
         ),
+    ] = None
+    step_calibration: Annotated[
+        StepCalibration | None,
+        Field(description="The plan's step model calibrated from the replicas' own vLLM series."),
     ] = None
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llama_operator.api.autoscaling import AutoscalerState, StepCalibration
+from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
     Factors,
@@ -214,3 +216,73 @@ def observation_from_rates(
         chunk=prompt_token_rate / ready_replicas * mean_inter_token_seconds,
         tokens=generation_token_rate * window_seconds / ready_replicas,
     )
+
+
+def plan_step_model(state: AutoscalerState) -> StepModel | None:
+    """The plan's step model, as the reconciler seeded it into the state; None when unknown."""
+    if state.decode_step_seconds is None or state.decode_seconds_per_context_token is None:
+        return None
+    return StepModel(
+        weight_read_seconds=state.decode_step_seconds,
+        seconds_per_context_token=state.decode_seconds_per_context_token,
+        seconds_per_prefill_token=state.prefill_seconds_per_token or 0.0,
+    )
+
+
+def calibrated_model(state: AutoscalerState) -> StepModel | None:
+    """The step model the policy sizes with: the plan's, with the calibrated factors once there are any."""
+    planned = plan_step_model(state)
+    calibration = state.step_calibration
+    if planned is None or calibration is None or planned.seconds_per_prefill_token <= 0:
+        return planned
+    fitted = Factors(
+        bandwidth_efficiency=calibration.bandwidth_efficiency,
+        compute_efficiency=calibration.compute_efficiency,
+        step_overhead_seconds=calibration.step_overhead_seconds,
+    )
+    return StepBasis.from_step_model(planned).step_model(fitted)
+
+
+def calibrate(state: AutoscalerState, signals: Signals) -> StepCalibration | None:
+    """The state's calibration with this cycle's observation: from steady windows only (no replica
+    starting: a joining replica's empty batch would skew the per-replica figures)."""
+    planned = plan_step_model(state)
+    if planned is None or planned.seconds_per_prefill_token <= 0:
+        return state.step_calibration
+    previous = state.step_calibration
+    sums = Calibration.from_wire(previous.sums) if previous is not None else Calibration()
+    if signals.status is SignalStatus.OK and signals.starting_replicas == 0:
+        seen = observation_from_rates(
+            mean_inter_token_seconds=signals.mean_inter_token_seconds,
+            running_total=signals.running_total,
+            ready_replicas=signals.ready_replicas,
+            request_rate=signals.request_rate,
+            prompt_token_rate=signals.prompt_token_rate,
+            generation_token_rate=signals.generation_token_rate,
+            window_seconds=signals.window_seconds,
+        )
+        if seen is not None:
+            sums = observe(sums, StepBasis.from_step_model(planned), seen)
+    if sums.observations <= 0:
+        return previous
+    fitted = factors(sums)
+    return StepCalibration(
+        observations=round(sums.observations, 3),
+        bandwidth_efficiency=round(fitted.bandwidth_efficiency, 4),
+        compute_efficiency=round(fitted.compute_efficiency, 4),
+        step_overhead_seconds=round(fitted.step_overhead_seconds, 6),
+        catalog_bandwidth_efficiency=CATALOG_FACTORS.bandwidth_efficiency,
+        catalog_compute_efficiency=CATALOG_FACTORS.compute_efficiency,
+        catalog_step_overhead_seconds=CATALOG_FACTORS.step_overhead_seconds,
+        sums=sums.to_wire(),
+    )
+
+
+def calibrated_capacity_prior(state: AutoscalerState, chunk: int) -> float | None:
+    """The catalog's prefill capacity prior, rescaled by how much faster or slower the calibrated steps
+    prefill a `chunk`-token chunk than the plan's."""
+    prior = state.capacity_prior_tokens_per_second
+    planned, calibrated = plan_step_model(state), calibrated_model(state)
+    if prior is None or planned is None or calibrated is None or state.step_calibration is None:
+        return prior
+    return prior * calibrated.prefill_tokens_per_second(chunk) / planned.prefill_tokens_per_second(chunk)

@@ -45,9 +45,14 @@ from dataclasses import dataclass, replace
 
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.autoscale.calibration import calibrate, calibrated_capacity_prior, calibrated_model
 from llama_operator.autoscale.queueing import replicas_for_wait
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.performance import StepModel
+
+# The prompt chunk the calibrated capacity prior is compared at when the plan gives none (vLLM's default
+# step budget for a served model).
+PRIOR_CHUNK_TOKENS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +292,7 @@ def _serve(
             "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
             "capacity_tokens_per_second": capacity,
             "capacity_corrected_time": corrected_time,
+            "step_calibration": calibrate(state, signals),
             "idle_since": idle_since,
             "activation_requested_time": None
             if signals.ready_replicas > 0
@@ -727,14 +733,9 @@ def _slo_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
 
 
 def _step_model(state: AutoscalerState) -> StepModel | None:
-    """The plan's step model, as the reconciler seeded it into the state; None when unknown."""
-    if state.decode_step_seconds is None or state.decode_seconds_per_context_token is None:
-        return None
-    return StepModel(
-        weight_read_seconds=state.decode_step_seconds,
-        seconds_per_context_token=state.decode_seconds_per_context_token,
-        seconds_per_prefill_token=state.prefill_seconds_per_token or 0.0,
-    )
+    """The plan's step model, as the reconciler seeded it into the state, with the factors calibrated from
+    the replicas' own steps once there are any (autoscale/calibration.py); None when unknown."""
+    return calibrated_model(state)
 
 
 def _replicas_by_decode(
@@ -815,7 +816,7 @@ def _update_capacity(
     spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, now: float, tuning: PolicyTuning
 ) -> tuple[float | None, float | None]:
     capacity, corrected = _calibrate_capacity(spec, signals, state, now, tuning)
-    prior = state.capacity_prior_tokens_per_second
+    prior = calibrated_capacity_prior(state, state.chunk_tokens or PRIOR_CHUNK_TOKENS)
     if capacity is not None and prior is not None:
         low, high = tuning.capacity_band
         capacity = min(max(capacity, prior * low), prior * high)
