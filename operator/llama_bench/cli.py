@@ -11,6 +11,7 @@ import llama_operator
 from llama_bench.fleetsim.commands import register as register_fleet_commands
 from llama_bench.measure.commands import register as register_measure_commands
 from llama_bench.sim.commands import register as register_simulator_commands
+from llama_bench.sim.routingbench import register as register_routing_command
 from llama_operator.cli import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, run_command
 
 
@@ -37,11 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     register_simulator_commands(sub)
     register_fleet_commands(sub)
     register_measure_commands(sub)
+    register_routing_command(sub)
     return parser
 
 
 # Subcommands that draw figures: without matplotlib they would run for minutes and fail at the first plot.
-PLOTTING_COMMANDS = frozenset({"bench"})
+PLOTTING_COMMANDS = frozenset({"bench", "routing"})
 MISSING_PLOT_EXTRA = (
     "error: llama-bench {command} draws its figures with matplotlib, which the runtime does not install: "
     "pip install -e '.[bench]' (or make setup)\n"

@@ -2,7 +2,10 @@
 
 Events: request arrivals (from the trace), replica step ends, replicas becoming ready after their
 cold start, and a 1 s tick that snapshots the fleet's metrics and, on the policy's interval, asks
-the policy for a replica count. Requests go to the least-loaded ready replica; removed replicas
+the policy for a replica count. Requests go to a ready replica by `FleetConfig.routing`: the least-loaded
+one (the default), round robin over the ready ones (what a Kubernetes Service gives, per connection), or
+prefix-affine (the operator's router: `llama_operator.activator.picker.pick` on the prompt's leading
+blocks and the replicas' in-flight requests, exactly as the router calls it); removed replicas
 (starting ones first, then the least loaded) stop receiving requests and drain what they hold.
 A replica costs GPU time from its creation (the cold start holds the GPU) to its removal.
 
@@ -34,6 +37,25 @@ from llama_bench.sim.metrics import (
 )
 from llama_bench.sim.replica import Phase, Replica, SimRequest, StepResult
 from llama_bench.sim.trace import Trace
+from llama_operator.activator.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, pick
+
+ROUTERS = ("round-robin", "least-loaded", "prefix-affine")
+# The blocks whose hash picks the pod: the router hashes the prompt's first PREFIX_CHARS characters in
+# BLOCK_CHARS blocks (~16 tokens each, vLLM's block), so as many of the trace's token blocks.
+AFFINITY_BLOCKS = PREFIX_CHARS // BLOCK_CHARS
+_MASK64 = (1 << 64) - 1
+
+
+def affinity_key(prefix_blocks: tuple[int, ...]) -> int | None:
+    """The router's prefix key for a request of the trace: its leading blocks' identity (the hash of the
+    last of them names them all, block hashes being chained), spread over the picker's 64-bit ring
+    (splitmix64's finaliser: the trace's hashes need not be uniform). None without blocks."""
+    if not prefix_blocks:
+        return None
+    key = prefix_blocks[min(len(prefix_blocks), AFFINITY_BLOCKS) - 1] & _MASK64
+    key = ((key ^ (key >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    key = ((key ^ (key >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return key ^ (key >> 31)
 
 
 class SimPolicy(Protocol):
@@ -58,6 +80,11 @@ class FleetConfig:
     # Scale to zero: an activator holds requests while no replica is ready, for at most this long
     # (then 503), and the fleet may go to zero replicas. None: no activator, at least one replica.
     activation_timeout_seconds: float | None = None
+    routing: str = "least-loaded"  # one of ROUTERS
+
+    def __post_init__(self) -> None:
+        if self.routing not in ROUTERS:
+            raise ValueError(f"unknown routing {self.routing!r}; known: {', '.join(ROUTERS)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +144,7 @@ class Fleet:
         self.activator = config.activation_timeout_seconds is not None
         self.held: list[SimRequest] = []
         self.dropped: list[SimRequest] = []
+        self._turn = 0  # round robin's next ready replica
         for _ in range(max(1, initial)):
             self.replicas.append(Replica(len(self.replicas), config.profile, 0.0, 0.0))
 
@@ -127,13 +155,35 @@ class Fleet:
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.phase is Phase.READY or r.phase is Phase.STARTING]
 
+    def _pick(self, request: SimRequest) -> Replica | None:
+        routing = self.config.routing
+        if routing == "least-loaded":
+            target: Replica | None = None
+            best = math.inf
+            for replica in self.replicas:
+                if replica.phase is Phase.READY and replica.load < best:
+                    target, best = replica, replica.load
+            return target
+        ready = self.ready()
+        if not ready:
+            return None
+        if routing == "round-robin":
+            self._turn += 1
+            return ready[self._turn % len(ready)]
+        by_endpoint = {f"r{replica.ident}": replica for replica in ready}
+        chosen = pick(
+            tuple(by_endpoint),
+            {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
+            affinity_key(request.prefix_blocks),
+            saturated_at=self.config.profile.max_num_seqs,
+            tiebreak=request.index,
+            kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
+        )
+        return None if chosen is None else by_endpoint[chosen.endpoint]
+
     def route(self, request: SimRequest, now: float) -> None:
         self.arrivals += 1
-        target: Replica | None = None
-        best = math.inf
-        for replica in self.replicas:
-            if replica.phase is Phase.READY and replica.load < best:
-                target, best = replica, replica.load
+        target = self._pick(request)
         if target is None:
             # No ready replica: the Service has no endpoint (or, with scale to zero, the activator holds
             # it). A request handed on by `become_ready` always finds the replica that became ready.
@@ -144,6 +194,7 @@ class Fleet:
         self._enqueue(target, request, now)
 
     def _enqueue(self, replica: Replica, request: SimRequest, now: float) -> None:
+        request.replica = replica.ident
         replica.waiting.append(request)
         if replica.busy_until is None:
             self._schedule(replica, replica.start_next(now))
@@ -284,7 +335,9 @@ def simulate(
     """Replay `trace` against a fleet scaled by `policy`; runs until every request has finished. `initial`:
     the fleet starts with this many ready replicas instead of the policy's own start (a warm start)."""
     requests = [
-        SimRequest(i, r.arrival, r.prompt_tokens, r.output_tokens, r.prompt_tokens)
+        SimRequest(
+            i, r.arrival, r.prompt_tokens, r.output_tokens, r.prompt_tokens, prefix_blocks=r.prefix_blocks
+        )
         for i, r in enumerate(trace.requests)
     ]
     fleet = Fleet(config, policy.initial_replicas() if initial is None else initial)

@@ -8,17 +8,27 @@ when a request arrives, which keeps a one-hour trace to a few hundred thousand e
 
 KV admission reserves a sequence's full length (prompt + output), a conservative stand-in for vLLM's
 block allocation plus preemption, which is not modelled.
+
+Prefix caching (vLLM's `--enable-prefix-caching`, which the operator sets): each replica keeps the hashes
+of the KV blocks it computed, as many as its KV cache holds (the plan's KV tokens over the block size),
+evicting the least recently used. A request whose trace names its prompt's blocks (`prefix_blocks`) skips
+the prefill of its leading cached blocks when the replica admits it: only the uncached tokens cost prefill
+time (at least one token is always computed, as vLLM recomputes the last one). The cache shares no space
+with running sequences here (vLLM keeps cached blocks in its free pool, evicted as sequences need them),
+an optimistic stand-in for a replica under KV pressure. Requests without block hashes bypass the cache, so
+traces without prefixes give the figures they gave before it existed.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from enum import Enum
 
 from llama_bench.sim.accelerators import ReplicaProfile
+from llama_bench.sim.trace import BLOCK_TOKENS
 
 
 class Phase(Enum):
@@ -43,6 +53,51 @@ class SimRequest:
     # own TTFT counts from there), or gave up on it (503 after activationTimeoutSeconds); NaN otherwise.
     forwarded_time: float = math.nan
     dropped_time: float = math.nan
+    # The hashes of the prompt's whole KV blocks (empty: no prefix identity, the cache is not consulted),
+    # and the prompt tokens the replica that took it found in its prefix cache.
+    prefix_blocks: tuple[int, ...] = ()
+    cached_tokens: int = 0
+    replica: int = -1  # the replica that took it (-1: none yet)
+
+
+class PrefixCache:
+    """A replica's prefix cache: the hashes of the blocks it holds, least recently used first."""
+
+    __slots__ = ("_blocks", "capacity_blocks", "hit_tokens", "query_tokens")
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity_blocks = max(1, capacity_blocks)
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.query_tokens = 0  # vllm:prefix_cache_queries: prompt tokens looked up
+        self.hit_tokens = 0  # vllm:prefix_cache_hits: of them, found cached
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._blocks
+
+    def admit(self, blocks: tuple[int, ...], prompt_tokens: int) -> int:
+        """Look up a prompt's blocks and keep them all (the cached leading ones refreshed, the rest added,
+        the least recently used evicted beyond capacity): the prompt tokens found cached."""
+        cached = self._blocks
+        hits = 0
+        for block in blocks:
+            if block not in cached:
+                break
+            hits += 1
+        for block in blocks:
+            if block in cached:
+                cached.move_to_end(block)
+            else:
+                cached[block] = None
+        while len(cached) > self.capacity_blocks:
+            cached.popitem(last=False)
+        # vLLM computes at least the prompt's last token, so a fully cached prompt still prefills one.
+        hit_tokens = min(hits * BLOCK_TOKENS, prompt_tokens - 1)
+        self.query_tokens += prompt_tokens
+        self.hit_tokens += hit_tokens
+        return hit_tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -78,6 +133,7 @@ class Replica:
         "_segment_steps",
         "_steps",
         "busy_until",
+        "cache",
         "created",
         "ident",
         "phase",
@@ -108,6 +164,7 @@ class Replica:
         self._segment_steps = 0
         self._chunks: list[tuple[SimRequest, int]] = []
         self._prefill_tokens = 0
+        self.cache = PrefixCache(profile.kv_capacity_tokens // BLOCK_TOKENS)
 
     # -- gauges, as vLLM exports them ------------------------------------------------------------
     @property
@@ -155,6 +212,9 @@ class Replica:
                 break
             waiting.popleft()
             self._kv_reserved += need
+            if request.prefix_blocks:
+                request.cached_tokens = self.cache.admit(request.prefix_blocks, request.prompt_tokens)
+                request.prefill_left = request.prompt_tokens - request.cached_tokens
             self._prefilling.append(request)
             chunk = min(request.prefill_left, budget)
             chunks.append((request, chunk))

@@ -13,6 +13,8 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
+BLOCK_TOKENS = 16  # vLLM's default KV block size: the unit of its prefix cache
+
 BUNDLED_TRACES: dict[str, str] = {
     "code": "AzureLLMInferenceTrace_code_2023.csv",
     "conversation": "AzureLLMInferenceTrace_conv_2023.csv",
@@ -21,11 +23,16 @@ BUNDLED_TRACES: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
-    """One request: arrival in seconds from the trace start, prompt and output lengths in tokens."""
+    """One request: arrival in seconds from the trace start, prompt and output lengths in tokens, and the
+    identity of its prompt's whole KV blocks (`BLOCK_TOKENS` tokens each), one hash per block, each naming
+    the prompt up to that block's end (as vLLM's chained block hashes do): two requests share a cached block
+    exactly when they share the hash. Empty: the trace says nothing of prefixes, and no replica's prefix
+    cache is used for it (the Azure traces)."""
 
     arrival: float
     prompt_tokens: int
     output_tokens: int
+    prefix_blocks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

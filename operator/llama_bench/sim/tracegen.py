@@ -20,7 +20,7 @@ import bisect
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llama_bench.sim.trace import Trace, TraceRequest, load_trace
@@ -506,7 +506,7 @@ def load_named(source: str, rate_scale: float = 1.0, time_scale: float = 1.0) ->
     factor = time_scale / rate_scale
     return Trace(
         trace.name,
-        tuple(TraceRequest(r.arrival * factor, r.prompt_tokens, r.output_tokens) for r in trace.requests),
+        tuple(replace(r, arrival=r.arrival * factor) for r in trace.requests),
     )
 
 

@@ -1,0 +1,144 @@
+"""Routers compared under the SLO autoscaler: round robin (a Kubernetes Service), least-loaded, and the
+operator's prefix-affine picker, on traces whose requests share prefixes (sim/prefixgen.py). For each:
+1-minute TTFT windows within the SLO, requests within it, the prefix-cache hit rate (cached prompt tokens
+over prompt tokens looked up, vLLM's prefix_cache_hits over prefix_cache_queries) and GPU-hours."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from llama_bench.sim.accelerators import ACCELERATORS, MODELS
+from llama_bench.sim.fleet import ROUTERS, SimulationResult
+from llama_bench.sim.prefixgen import PREFIX_TRACES, conversations
+from llama_bench.sim.scenario import Scenario, ScenarioRunner
+from llama_bench.sim.trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRow:
+    trace: str
+    router: str
+    windows_within_slo: float
+    requests_within_slo: float
+    hit_rate: float
+    gpu_hours: float
+    ttft_p50: float
+    ttft_p95: float
+    peak_replicas: int
+
+
+def hit_rate(result: SimulationResult) -> float:
+    """Cached prompt tokens over prompt tokens looked up, over every replica of the run."""
+    queries = sum(replica.cache.query_tokens for replica in result.replicas)
+    hits = sum(replica.cache.hit_tokens for replica in result.replicas)
+    return hits / queries if queries else 0.0
+
+
+def compare_routers(
+    trace: Trace,
+    scenario: Scenario,
+    routers: Sequence[str] = ROUTERS,
+    progress: Callable[[str], None] | None = None,
+) -> list[RoutingRow]:
+    """The SLO policy on `trace` behind each router."""
+    runner = ScenarioRunner(scenario, trace)
+    base = runner.config
+    rows = []
+    for router in routers:
+        runner.config = replace(base, routing=router)
+        result, summary = runner.run(runner.policy("slo"))
+        rows.append(
+            RoutingRow(
+                trace=trace.name,
+                router=router,
+                windows_within_slo=summary.windows_within_slo,
+                requests_within_slo=summary.requests_within_slo,
+                hit_rate=hit_rate(result),
+                gpu_hours=summary.gpu_hours,
+                ttft_p50=summary.ttft_p50,
+                ttft_p95=summary.ttft_p95,
+                peak_replicas=summary.peak_replicas,
+            )
+        )
+        if progress is not None:
+            progress(f"[{trace.name}] {router}: {rows[-1].hit_rate:.1%} hits, {summary.gpu_hours:.2f} GPU-h")
+    return rows
+
+
+def routing_table(rows: Sequence[RoutingRow]) -> str:
+    lines = [
+        "| trace | router | TTFT windows within SLO | requests within SLO | prefix-cache hit rate | GPU-hours "
+        "| TTFT p50 | TTFT p95 | peak replicas |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r.trace} | {r.router} | {r.windows_within_slo:.1%} | {r.requests_within_slo:.2%} | {r.hit_rate:.1%} "
+        f"| {r.gpu_hours:.2f} | {r.ttft_p50:.3f} s | {r.ttft_p95:.3f} s | {r.peak_replicas} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def plot_routing(rows: Sequence[RoutingRow], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - the bench extra; only this command draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    traces = list(dict.fromkeys(r.trace for r in rows))
+    metrics: tuple[tuple[str, Callable[[RoutingRow], float]], ...] = (
+        ("TTFT windows within SLO (%)", lambda r: 100 * r.windows_within_slo),
+        ("prefix-cache hit rate (%)", lambda r: 100 * r.hit_rate),
+        ("GPU-hours", lambda r: r.gpu_hours),
+    )
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4))
+    width = 0.8 / max(1, len(ROUTERS))
+    for axis, (label, value) in zip(axes, metrics, strict=True):
+        for k, router in enumerate(ROUTERS):
+            values = [value(r) for t in traces for r in rows if r.trace == t and r.router == router]
+            if len(values) == len(traces):
+                axis.bar([i + k * width for i in range(len(traces))], values, width, label=router)
+        axis.set_xticks([i + width for i in range(len(traces))], traces)
+        axis.set_title(label)
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "routing",
+        help="compare routers (round robin, least-loaded, prefix-affine) under the SLO autoscaler on traces "
+        "with shared prefixes: TTFT windows within SLO, prefix-cache hit rate, GPU-hours",
+    )
+    parser.add_argument("--traces", nargs="+", default=list(PREFIX_TRACES), choices=sorted(PREFIX_TRACES))
+    parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS))
+    parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS))
+    parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT objective in seconds (default 1)")
+    parser.add_argument("--minutes", type=float, default=None, help="only the first minutes of each trace")
+    parser.add_argument("--out", type=Path, default=None, help="write routing.json and routing.png here")
+    parser.set_defaults(func=run_routing_command)
+
+
+def run_routing_command(args: argparse.Namespace) -> int:
+    scenario = Scenario(accelerator=args.accelerator, model=args.model, slo_ttft_seconds=args.slo_ttft)
+    rows: list[RoutingRow] = []
+    for name in args.traces:
+        spec = PREFIX_TRACES[name]
+        if args.minutes is not None:
+            spec = replace(spec, duration_seconds=args.minutes * 60)
+        rows += compare_routers(
+            conversations(spec), scenario, progress=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+    print(routing_table(rows))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "routing.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        plot_routing(rows, args.out / "routing.png")
+    return 0
