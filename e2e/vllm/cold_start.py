@@ -106,17 +106,22 @@ def main(argv: list[str] | None = None) -> int:
         model = build_tiny_model(work / "model")
         warm_root = work / "warm-cache"
         # Fill the warm cache once: what the first pod on a persistent cache volume leaves for the next.
-        start_to_ready(model, warm_root, 0, "fill")
+        fill = start_to_ready(model, warm_root, 0, "fill")
+        print(f"fill: {fill.ready_s:.2f} s {fill.phases}", file=sys.stderr, flush=True)
         runs: list[Run] = []
         for i in range(ns.rounds):
-            cold_root = work / f"cold-cache-{i}"
-            runs.append(start_to_ready(model, cold_root, 2 * i + 1, "cold"))
-            runs.append(start_to_ready(model, warm_root, 2 * i + 2, "warm"))
-            print(f"round {i + 1}/{ns.rounds}: cold {runs[-2].ready_s:.2f} s, warm {runs[-1].ready_s:.2f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            for cache, root in (("cold", work / f"cold-cache-{i}"), ("warm", warm_root)):
+                runs.append(start_to_ready(model, root, len(runs) + 1, cache))
+                # Each run as it ends (and the JSON so far): a long series keeps what it measured.
+                last = runs[-1]
+                print(
+                    f"run {last.order}: {cache} {last.ready_s:.2f} s {last.phases}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if ns.json:
+                    ns.json.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
         print(table(runs))
-        if ns.json:
-            ns.json.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
