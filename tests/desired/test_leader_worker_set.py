@@ -91,3 +91,18 @@ def test_a_single_node_plan_is_no_group() -> None:
     plan = plan_service(svc.spec, name="big", config=PlanningConfig()).model_copy(update={"nodes": 1})
     with pytest.raises(ValueError, match="several nodes"):
         build_leader_worker_set(svc, plan, Settings(), replicas=1, pod_monitor=False)
+
+
+def test_back_on_one_node_the_groups_go() -> None:
+    """A service moved from several nodes to one gets its Deployment, and its LeaderWorkerSet is removed
+    (it would hold a group of nodes' GPUs for nothing)."""
+    svc = LlamaService(
+        metadata=ObjectMeta(name="big", namespace="team-a", uid="1234"),
+        spec=parse_spec(
+            {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "accelerator": {"type": "a10g"}}
+        ),
+    )
+    plan = plan_service(svc.spec, name="big", config=PlanningConfig())
+    desired = build_desired_state(svc, plan, Settings(), pod_monitor=False)
+    assert [o["kind"] for o in desired.objects].count("Deployment") == 1
+    assert (LWS_API_VERSION, "LeaderWorkerSet", "big") in desired.absent

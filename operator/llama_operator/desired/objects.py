@@ -469,15 +469,21 @@ def build_desired_state(
         absent.append(("policy/v1", "PodDisruptionBudget", name))
     if pod_monitor:
         objects.append(build_pod_monitor(svc, settings))
+    # (Imported here: the LeaderWorkerSet builder reuses this module's pod template.)
+    from llama_operator.desired.leader_worker_set import (  # noqa: PLC0415
+        LWS_API_VERSION,
+        LWS_KIND,
+        build_leader_worker_set,
+    )
+
     if plan.nodes > 1:
         # A replica over several nodes: a LeaderWorkerSet group per replica, in place of the Deployment.
-        # (Imported here: the builder reuses this module's pod template.)
-        from llama_operator.desired.leader_worker_set import build_leader_worker_set  # noqa: PLC0415
-
         objects.append(
             build_leader_worker_set(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor)
         )
         absent.append(("apps/v1", "Deployment", name))
     else:
         objects.append(build_deployment(svc, plan, settings, replicas=replicas, pod_monitor=pod_monitor))
+        # Back to one node: the groups go (a cluster without the LeaderWorkerSet kind has none to remove).
+        absent.append((LWS_API_VERSION, LWS_KIND, name))
     return DesiredState(objects=objects, absent=absent)
