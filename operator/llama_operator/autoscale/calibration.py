@@ -198,8 +198,14 @@ def observation_from_rates(
     prompt_token_rate: float,
     generation_token_rate: float,
     window_seconds: float,
+    kv_cache_usage: float = 0.0,
+    kv_cache_tokens: int | None = None,
 ) -> StepObservation | None:
-    """One cycle's observation from a service's summed vLLM series; None when the window has too little."""
+    """One cycle's observation from a service's summed vLLM series; None when the window has too little.
+
+    The context a decoding sequence reads is the KV cache in use over the sequences running, when the
+    plan's KV size is known (the policy's `_decode_context`): prompt plus half the output per request
+    misweighs the batch, where long answers stay longest."""
     if (
         mean_inter_token_seconds is None
         or mean_inter_token_seconds <= 0
@@ -207,12 +213,15 @@ def observation_from_rates(
         or request_rate <= 0
     ):
         return None
-    mean_prompt = prompt_token_rate / request_rate
-    mean_output = generation_token_rate / request_rate
+    batch = running_total / ready_replicas
+    if kv_cache_tokens is not None and kv_cache_usage > 0 and batch > 0:
+        context = kv_cache_usage * kv_cache_tokens / batch
+    else:
+        context = (prompt_token_rate + generation_token_rate / 2) / request_rate
     return StepObservation(
         mean_step_seconds=mean_inter_token_seconds,
-        batch=running_total / ready_replicas,
-        mean_context=mean_prompt + mean_output / 2,
+        batch=batch,
+        mean_context=context,
         chunk=prompt_token_rate / ready_replicas * mean_inter_token_seconds,
         tokens=generation_token_rate * window_seconds / ready_replicas,
     )
@@ -245,13 +254,19 @@ def calibrated_model(state: AutoscalerState) -> StepModel | None:
 
 def calibrate(state: AutoscalerState, signals: Signals) -> StepCalibration | None:
     """The state's calibration with this cycle's observation: from steady windows only (no replica
-    starting: a joining replica's empty batch would skew the per-replica figures)."""
+    starting: a joining replica's empty batch would skew the per-replica figures; no queue)."""
     planned = plan_step_model(state)
     if planned is None or planned.seconds_per_prefill_token <= 0:
         return state.step_calibration
     previous = state.step_calibration
     sums = Calibration.from_wire(previous.sums) if previous is not None else Calibration()
-    if signals.status is SignalStatus.OK and signals.starting_replicas == 0:
+    # Only windows without a queue: a queued replica runs prompt-only steps that emit no inter-token
+    # interval, so the prompt tokens per step the rates give would overstate what the observed steps carried.
+    if (
+        signals.status is SignalStatus.OK
+        and signals.starting_replicas == 0
+        and signals.queue_waiting_total == 0
+    ):
         seen = observation_from_rates(
             mean_inter_token_seconds=signals.mean_inter_token_seconds,
             running_total=signals.running_total,
@@ -260,6 +275,8 @@ def calibrate(state: AutoscalerState, signals: Signals) -> StepCalibration | Non
             prompt_token_rate=signals.prompt_token_rate,
             generation_token_rate=signals.generation_token_rate,
             window_seconds=signals.window_seconds,
+            kv_cache_usage=signals.kv_cache_usage,
+            kv_cache_tokens=state.kv_cache_tokens,
         )
         if seen is not None:
             sums = observe(sums, StepBasis.from_step_model(planned), seen)

@@ -1,0 +1,40 @@
+"""The step model's calibration in the simulator: replicas 30 % slower and 30 % faster than the catalog
+says, the policy starting from the catalog's figures; after a few minutes of the fleet's own series its
+step model is the hardware's (the full comparison with the exact figures: `make bench-calibration`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llama_bench.sim.calibration_bench import run_speed, truth
+from llama_operator.catalog.accelerators import BUILTIN_CATALOG
+from llama_operator.catalog.performance import CATALOG_FACTORS, Hardware, calibrated_step_model
+
+T4 = BUILTIN_CATALOG.get("t4")
+LLAMA_1B_ON_T4 = Hardware(
+    bandwidth_bytes_per_s=T4.bandwidth_bytes_per_s,
+    fp16_tflops=T4.fp16_dense_tflops,
+    weight_bytes=2.47e9,
+    kv_bytes_per_token=32768,
+    parameters=1.24e9,
+)
+
+
+@pytest.mark.parametrize("speed", [0.7, 1.3])
+def test_the_policy_learns_the_hardware_it_runs_on(speed: float) -> None:
+    (run,) = run_speed("poisson-steady", 3, speed, arms=("calibrated",))
+    assert run.fitted is not None
+    true = truth(speed)
+    # An efficiency cannot pass 1 (30 % faster than the catalog's 0.75 would be 0.975).
+    assert run.fitted.bandwidth_efficiency == pytest.approx(min(true.bandwidth_efficiency, 1.0), rel=0.1)
+    # The steps the policy sizes with: within 10 % of the hardware's, where the catalog's are 20-40 % off.
+    real = calibrated_step_model(LLAMA_1B_ON_T4, true)
+    learned = calibrated_step_model(LLAMA_1B_ON_T4, run.fitted)
+    catalog = calibrated_step_model(LLAMA_1B_ON_T4, CATALOG_FACTORS)
+    for batch, context, chunk in ((8, 800, 0), (24, 1200, 128)):
+        assert learned.step_seconds(batch, context, chunk) == pytest.approx(
+            real.step_seconds(batch, context, chunk), rel=0.1
+        )
+        assert catalog.step_seconds(batch, context, chunk) != pytest.approx(
+            real.step_seconds(batch, context, chunk), rel=0.2
+        )
