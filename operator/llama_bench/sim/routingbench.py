@@ -14,9 +14,22 @@ from pathlib import Path
 
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
 from llama_bench.sim.fleet import ROUTERS, SimulationResult
+from llama_bench.sim.mooncake import BUNDLED_MOONCAKE, load_mooncake
 from llama_bench.sim.prefixgen import PREFIX_TRACES, conversations
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace
+from llama_bench.sim.tracegen import head
+
+ROUTING_TRACES = (*PREFIX_TRACES, *BUNDLED_MOONCAKE)
+
+
+def routing_trace(name: str, minutes: float | None = None) -> Trace:
+    """A generated trace with prefixes (PREFIX_TRACES) or a bundled Mooncake one; its first `minutes`."""
+    if name in PREFIX_TRACES:
+        spec = PREFIX_TRACES[name]
+        return conversations(spec if minutes is None else replace(spec, duration_seconds=minutes * 60))
+    trace = load_mooncake(name)
+    return trace if minutes is None else head(trace, minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,8 @@ def compare_routers(
     """The SLO policy on `trace` behind each router."""
     runner = ScenarioRunner(scenario, trace)
     base = runner.config
+    # Every router opens with the same warm replicas: the oracle's, on the default (least-loaded) fleet.
+    runner.oracle_schedule(scenario.target_attainment)
     rows = []
     for router in routers:
         runner.config = replace(base, routing=router)
@@ -117,7 +132,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="compare routers (round robin, least-loaded, prefix-affine) under the SLO autoscaler on traces "
         "with shared prefixes: TTFT windows within SLO, prefix-cache hit rate, GPU-hours",
     )
-    parser.add_argument("--traces", nargs="+", default=list(PREFIX_TRACES), choices=sorted(PREFIX_TRACES))
+    parser.add_argument(
+        "--traces",
+        nargs="+",
+        default=list(PREFIX_TRACES),
+        choices=ROUTING_TRACES,
+        help=f"generated ({', '.join(PREFIX_TRACES)}) or Mooncake's ({', '.join(BUNDLED_MOONCAKE)})",
+    )
     parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS))
     parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS))
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT objective in seconds (default 1)")
@@ -130,11 +151,10 @@ def run_routing_command(args: argparse.Namespace) -> int:
     scenario = Scenario(accelerator=args.accelerator, model=args.model, slo_ttft_seconds=args.slo_ttft)
     rows: list[RoutingRow] = []
     for name in args.traces:
-        spec = PREFIX_TRACES[name]
-        if args.minutes is not None:
-            spec = replace(spec, duration_seconds=args.minutes * 60)
         rows += compare_routers(
-            conversations(spec), scenario, progress=lambda line: print(line, file=sys.stderr, flush=True)
+            routing_trace(name, args.minutes),
+            scenario,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
     print(routing_table(rows))
     if args.out is not None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from importlib import resources
 
 import pytest
 
 from llama_bench.sim.accelerators import replica_profile
 from llama_bench.sim.fleet import FleetConfig, SimulationResult, simulate
+from llama_bench.sim.mooncake import BUNDLED_MOONCAKE, load_mooncake, parse_mooncake
 from llama_bench.sim.oracle import FixedReplicas
 from llama_bench.sim.prefixgen import ConversationSpec, conversations, prompt_blocks
 from llama_bench.sim.replica import PrefixCache
@@ -146,3 +148,34 @@ def test_traces_without_prefixes_route_and_time_as_before(small_trace: Trace) ->
 def test_an_unknown_router_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown routing 'random'"):
         FleetConfig(profile=T4, routing="random")
+
+
+def test_mooncake_rows_become_requests_with_16_token_blocks() -> None:
+    lines = [
+        '{"timestamp": 3000, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]}',
+        '{"timestamp": 1000, "input_length": 700, "output_length": 9, "hash_ids": [0, 3]}',
+    ]
+    trace = parse_mooncake(lines, "sample")
+    first, second = trace.requests
+    assert (first.arrival, first.prompt_tokens, first.output_tokens) == (0.0, 700, 9)
+    assert second.arrival == 2.0
+    assert (
+        len(first.prefix_blocks) == 700 // BLOCK_TOKENS and len(second.prefix_blocks) == 1100 // BLOCK_TOKENS
+    )
+    # They share Mooncake's first 512-token block (id 0): 32 of vLLM's blocks, and nothing after.
+    shared = sum(1 for a, b in zip(first.prefix_blocks, second.prefix_blocks, strict=False) if a == b)
+    assert shared == 32
+    with pytest.raises(ValueError, match="sample: line 1"):
+        parse_mooncake(['{"timestamp": 0}'], "sample")
+
+
+def test_the_bundled_mooncake_sample_parses() -> None:
+    text = resources.files("llama_bench").joinpath(
+        "data", "traces", BUNDLED_MOONCAKE["mooncake-conversation"]
+    )
+    lines = text.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2000
+    trace = parse_mooncake(lines[:100], "head")
+    assert all(r.prefix_blocks for r in trace.requests if r.prompt_tokens >= BLOCK_TOKENS)
+    with pytest.raises(ValueError, match="neither a file nor one of mooncake-conversation"):
+        load_mooncake("no-such-trace")
