@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero bench-routing cold-start bench-cold-start scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -155,6 +155,11 @@ cold-start:
 bench-cold-start: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --cold-start-sweep 10 20 40 80 160 --family dev \
 	  --out docs/bench/cold-start
+
+# The step model's calibration in the simulator: replicas 0.7x and 1.3x the catalog's speed, our policy
+# given the exact plan against our policy calibrating from the catalog's (docs/bench/calibration.md). ~1 min.
+bench-calibration: setup
+	nice -n 10 $(PY) -m llama_bench.sim.calibration_bench $(ARGS)
 
 # N LlamaServices (default 1000) on the local cluster: convergence time, operator RSS, API writes per
 # service, delete/GC time. A benchmark (figures, no assertions), not a CI step.
