@@ -1307,16 +1307,11 @@ def _scheduling(candidate: Candidate, placement: _Placement) -> _Scheduling:
     return where
 
 
-def plan_service(
-    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
-) -> Plan:
-    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
-
-    Raises PlanningError with a message the user can act on when the spec cannot work.
-    """
-    check_engine_image(spec.engine.image, config.allowed_image_prefixes)
-    check_trust_remote_code(spec.model.trust_remote_code, allowed=config.allow_trust_remote_code)
-    request = _request(spec, config)
+def _choose_and_size(
+    spec: LlamaServiceSpec, request: _Request, config: PlanningConfig, inventory: Inventory | None
+) -> tuple[_Sized, _Placement, list[str]]:
+    """The accelerator (auto's choice or the spec's), where it is placed, the engine sized on it, and the
+    notes of all three."""
     notes: list[str] = []
     if spec.accelerator.type == AcceleratorType.AUTO:
         sized, auto_notes = _choose_auto(request, config, inventory)
@@ -1329,14 +1324,86 @@ def plan_service(
             sized = _size(request, placement.candidate, config)
         except _DoesNotFitError as error:
             raise PlanningError(f"{error.message}; {_smallest_fitting(request, config)}") from None
-    notes += placement.notes
-    notes += sized.notes
+    notes += placement.notes + sized.notes
     if request.quantization is Quantization.NONE and INT8_CHECKPOINT_NAME.search(spec.model.name):
         notes.append(
             f"{spec.model.name} looks like an 8-bit checkpoint but engine.quantization is none: its weights are "
             "planned at 16 bits (a smaller KV cache than it gets); set engine.quantization int8 for a W8A8 "
             "INT8 checkpoint"
         )
+    candidate, accel = sized.candidate, sized.candidate.accelerator
+    if candidate.nodes > 1:
+        notes.append(
+            f"multi-node: each replica is a LeaderWorkerSet group of {candidate.nodes} pods on {candidate.nodes} "
+            f"nodes with {candidate.count} {accel.type} GPUs each (tensor parallel {candidate.count}, pipeline "
+            f"parallel {candidate.nodes} over Ray); replicas scale by whole groups"
+        )
+    return sized, placement, notes
+
+
+def _engine_runtime(candidate: Candidate, config: PlanningConfig) -> tuple[str, int, dict[str, str]]:
+    """The engine's image, CPU request and environment for a GPU replica or a CPU one."""
+    if candidate.accelerator.is_gpu:
+        return config.gpu_image, GPU_REPLICA_BASE_CPUS + GPU_REPLICA_CPUS_PER_GPU * candidate.count, {}
+    return config.cpu_image, config.cpu_replica_cpus, {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kv_cache_gib)}
+
+
+def _plan_lora(spec: LlamaServiceSpec, sized: _Sized, env: dict[str, str], notes: list[str]) -> int:
+    """The LoRA slots' bytes per device (0 without adapters), the runtime-loading switch in `env` and a
+    note on what the slots take."""
+    lora = sized.lora
+    if lora is None:
+        return 0
+    candidate = sized.candidate
+    accel = candidate.accelerator
+    # The operator loads and unloads adapters on running replicas (reconcile/adapters.py).
+    env[RUNTIME_LORA_ENV] = "True"
+    adapter_bytes = lora.gpu_bytes_per_device(candidate.count) if accel.is_gpu else lora.gpu_bytes
+    notes.append(
+        f"LoRA: {len(spec.adapters)} adapter(s); {lora.max_loras} slots of rank {lora.max_lora_rank} take "
+        f"{_gib(adapter_bytes)}{' per GPU' if candidate.count > 1 else ''} from the "
+        f"{'KV cache' if accel.is_gpu else 'host memory'}; up to {lora.max_cpu_loras} adapters cached in "
+        "host memory (adding adapters within these leaves the replicas running)"
+    )
+    return adapter_bytes
+
+
+def _plan_draft(request: _Request, sized: _Sized, notes: list[str]) -> tuple[int, int]:
+    """A speculative draft model's weight bytes per device and KV bytes per token (0, 0 without one, or for
+    a method with no draft model), and a note on what they take."""
+    draft = request.draft
+    if draft is None:
+        return 0, 0
+    if draft.shape is None:
+        notes.append(
+            f"speculative decoding {draft.method}: no draft model weights or KV cache to plan"
+            + ("" if draft.method in DRAFT_FREE_METHODS else " (the target's own layers propose)")
+        )
+        return 0, 0
+    candidate = sized.candidate
+    total = _draft_weight_bytes(request, sized.dtype)
+    draft_bytes = sized.gpu.draft_weight_bytes_per_device if sized.gpu is not None else total
+    draft_kv_per_token = kv_bytes_per_token(draft.shape, kv_dtype_bytes=sized.kv_dtype_bytes)
+    notes.append(
+        f"speculative decoding {draft.method} with {draft.model}: its weights take {_gib(draft_bytes)}"
+        f"{' per GPU' if candidate.count > 1 else ''} and its KV cache {draft_kv_per_token} bytes per "
+        f"token beside the target's {sized.kv_bytes_per_token - draft_kv_per_token}, out of the "
+        f"{'KV cache' if candidate.accelerator.is_gpu else 'host memory'} ({sized.kv_cache_tokens} tokens left)"
+    )
+    return draft_bytes, draft_kv_per_token
+
+
+def plan_service(
+    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
+) -> Plan:
+    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
+
+    Raises PlanningError with a message the user can act on when the spec cannot work.
+    """
+    check_engine_image(spec.engine.image, config.allowed_image_prefixes)
+    check_trust_remote_code(spec.model.trust_remote_code, allowed=config.allow_trust_remote_code)
+    request = _request(spec, config)
+    sized, placement, notes = _choose_and_size(spec, request, config, inventory)
     candidate = sized.candidate
     accel = candidate.accelerator
     served_name = spec.model.served_name or name
@@ -1351,57 +1418,15 @@ def plan_service(
     notes += arg_notes
 
     where = _scheduling(candidate, placement)
-    env: dict[str, str] = {}
-    if accel.is_gpu:
-        cpu_request = GPU_REPLICA_BASE_CPUS + GPU_REPLICA_CPUS_PER_GPU * candidate.count
-        image = config.gpu_image
-    else:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
-        cpu_request = config.cpu_replica_cpus
-        image = config.cpu_image
-    lora = sized.lora
-    adapter_bytes = 0
-    if lora is not None:
-        # The operator loads and unloads adapters on running replicas (reconcile/adapters.py).
-        env[RUNTIME_LORA_ENV] = "True"
-        adapter_bytes = lora.gpu_bytes_per_device(candidate.count) if accel.is_gpu else lora.gpu_bytes
-        notes.append(
-            f"LoRA: {len(spec.adapters)} adapter(s); {lora.max_loras} slots of rank {lora.max_lora_rank} take "
-            f"{_gib(adapter_bytes)}{' per GPU' if candidate.count > 1 else ''} from the "
-            f"{'KV cache' if accel.is_gpu else 'host memory'}; up to {lora.max_cpu_loras} adapters cached in "
-            "host memory (adding adapters within these leaves the replicas running)"
-        )
-
-    draft = request.draft
-    draft_bytes = 0
-    draft_kv_per_token = 0
-    if draft is not None:
-        if draft.shape is None:
-            notes.append(
-                f"speculative decoding {draft.method}: no draft model weights or KV cache to plan"
-                + ("" if draft.method in DRAFT_FREE_METHODS else " (the target's own layers propose)")
-            )
-        else:
-            total = _draft_weight_bytes(request, sized.dtype)
-            draft_bytes = sized.gpu.draft_weight_bytes_per_device if sized.gpu is not None else total
-            draft_kv_per_token = kv_bytes_per_token(draft.shape, kv_dtype_bytes=sized.kv_dtype_bytes)
-            notes.append(
-                f"speculative decoding {draft.method} with {draft.model}: its weights take {_gib(draft_bytes)}"
-                f"{' per GPU' if candidate.count > 1 else ''} and its KV cache {draft_kv_per_token} bytes per "
-                f"token beside the target's {sized.kv_bytes_per_token - draft_kv_per_token}, out of the "
-                f"{'KV cache' if accel.is_gpu else 'host memory'} ({sized.kv_cache_tokens} tokens left)"
-            )
+    image, cpu_request, env = _engine_runtime(candidate, config)
+    lora, draft = sized.lora, request.draft
+    adapter_bytes = _plan_lora(spec, sized, env, notes)
+    draft_bytes, draft_kv_per_token = _plan_draft(request, sized, notes)
     memory_bytes = (
         candidate.device_memory_bytes * candidate.count * candidate.nodes
         if accel.is_gpu
         else sized.memory_request_bytes
     )
-    if candidate.nodes > 1:
-        notes.append(
-            f"multi-node: each replica is a LeaderWorkerSet group of {candidate.nodes} pods on {candidate.nodes} "
-            f"nodes with {candidate.count} {accel.type} GPUs each (tensor parallel {candidate.count}, pipeline "
-            f"parallel {candidate.nodes} over Ray); replicas scale by whole groups"
-        )
     # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
     # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
     prefill_tokens_per_second = sized.steps.prefill_tokens_per_second(
