@@ -39,12 +39,27 @@ def test_different_conversations_spread_over_the_pods() -> None:
 
 def test_completions_hash_the_leading_whole_blocks_only() -> None:
     base = "x" * (BLOCK_CHARS * 20)
-    assert prefix_key("m", base + "tail one") == prefix_key("m", base + "tail two")
-    assert prefix_key("m", "short a") != prefix_key("m", "short b")
+    assert key_of({"prompt": base + "tail one"}) == key_of({"prompt": base + "tail two"})
+    assert key_of({"prompt": "short a"}) != key_of({"prompt": "short b"})
     assert prefix_key("m", "same") != prefix_key("other-model", "same")
     assert prompt_prefix({"prompt": ["first", "second"]}) == "first"
     assert prompt_prefix({"prompt": [[1, 2, 3]]}) == "1,2,3"
     assert prompt_prefix({"model": "m"}) is None
+
+
+def test_conversations_under_one_long_system_prompt_each_keep_their_own_key() -> None:
+    """A system prompt longer than the leading blocks a message contributes: each conversation still has
+    its key (its first user message), the same at every turn; keyed on the system prompt alone, every
+    conversation under it would share one (the simulator found it on Mooncake's trace, whose requests all
+    open with the same 512 tokens)."""
+    system = "You are the support assistant of a large company. " * 60  # ~3,000 characters
+    first = key_of(chat(system, "My order 1 is late."))
+    second = key_of(chat(system, "My order 2 is late."))
+    assert first != second
+    later = key_of(chat(system, "My order 1 is late.", "Sorry to hear...", "It was due Monday."))
+    assert later == first
+    picks = Counter(pick(PODS, {}, key_of(chat(system, f"question {i}"))).endpoint for i in range(300))  # type: ignore[union-attr]
+    assert set(picks) == set(PODS)
 
 
 def test_a_skewed_prefix_never_piles_onto_one_pod() -> None:

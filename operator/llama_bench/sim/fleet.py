@@ -40,8 +40,11 @@ from llama_bench.sim.trace import Trace
 from llama_operator.activator.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, pick
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affine")
-# The blocks whose hash picks the pod: the router hashes the prompt's first PREFIX_CHARS characters in
-# BLOCK_CHARS blocks (~16 tokens each, vLLM's block), so as many of the trace's token blocks.
+# The blocks whose hash picks the pod: the router hashes a completion prompt's first PREFIX_CHARS
+# characters in BLOCK_CHARS blocks (~16 tokens each, vLLM's block), so as many of the trace's token blocks.
+# (A chat request's key also takes its first user message, so every conversation has its own key however
+# long a system prompt it shares; the traces' block hashes carry no message boundaries, so the simulator
+# keys every request as a completion: a lower bound for the router on chat traces.)
 AFFINITY_BLOCKS = PREFIX_CHARS // BLOCK_CHARS
 _MASK64 = (1 << 64) - 1
 

@@ -30,7 +30,8 @@ from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_LORA_INFO, VLLM_W
 
 VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of even with 3+ pods
 BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
-PREFIX_CHARS = 1024  # the leading blocks that pick the pod (~256 tokens)
+PREFIX_CHARS = 1024  # the leading blocks of each message (or of a prompt) that pick the pod (~256 tokens)
+KEY_MESSAGES = 8  # a chat's messages up to its first user message, at most this many, make the key
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +55,25 @@ def _text(content: Any) -> str:
     return "" if content is None else json.dumps(content, sort_keys=True)
 
 
+def _leading(text: str) -> str:
+    """A text's leading whole blocks, at most PREFIX_CHARS (a text shorter than one block: all of it)."""
+    whole = min(len(text), PREFIX_CHARS) // BLOCK_CHARS * BLOCK_CHARS
+    return text[: whole or len(text)]
+
+
 def prompt_prefix(body: Mapping[str, Any]) -> str | None:
-    """The text whose leading blocks pick the pod: for chat, the messages up to and including the first
-    user message (the same for every turn of a conversation, and shared by conversations that share a
-    system prompt); for completions, the prompt. None when the body has neither."""
+    """The text that picks the pod: for chat, the leading blocks of each message up to and including the
+    first user message (the same for every turn of a conversation, and another for each conversation,
+    however long a system prompt they share: keyed on the system prompt alone, every conversation under one
+    would share a pod and lose its own history's cache once bounded load spreads them); for completions,
+    the prompt's leading blocks. None when the body has neither."""
     messages = body.get("messages")
     if isinstance(messages, list) and messages:
         parts = []
-        for message in messages:
+        for message in messages[:KEY_MESSAGES]:
             if not isinstance(message, Mapping):
                 continue
-            parts.append(f"<{message.get('role')}>{_text(message.get('content'))}")
+            parts.append(f"<{message.get('role')}>{_leading(_text(message.get('content')))}")
             if message.get("role") == "user":
                 break
         return "".join(parts)
@@ -74,20 +83,17 @@ def prompt_prefix(body: Mapping[str, Any]) -> str | None:
         if isinstance(prompt, list):
             prompt = ",".join(str(t) for t in prompt[: PREFIX_CHARS // 4])
     if isinstance(prompt, str) and prompt:
-        return prompt
+        return _leading(prompt)
     if isinstance(body.get("input"), str):  # embeddings
-        return str(body["input"])
+        return _leading(str(body["input"]))
     return None
 
 
-def prefix_key(model: str, prefix: str | None, *, prefix_chars: int = PREFIX_CHARS) -> int | None:
-    """The hash of the prefix's leading whole blocks (a prefix shorter than one block: all of it), with the
-    model; None without a prefix."""
+def prefix_key(model: str, prefix: str | None) -> int | None:
+    """The hash of a prompt_prefix, with the model; None without a prefix."""
     if not prefix:
         return None
-    whole = min(len(prefix), prefix_chars) // BLOCK_CHARS * BLOCK_CHARS
-    lead = prefix[: whole or len(prefix)]
-    return _hash(f"{model}\0{lead}".encode())
+    return _hash(f"{model}\0{prefix}".encode())
 
 
 @functools.lru_cache(maxsize=256)
