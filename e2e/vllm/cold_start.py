@@ -27,9 +27,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e.vllm.server import VllmServer, build_tiny_model
+# As the harness's other users name it (e2e/ is no package; mypy sees this file as `server` too).
+from server import VllmServer, build_tiny_model
 
 # Phases vLLM 0.32 logs (vllm/v1/engine/core.py, vllm/compilation/backends.py).
 PHASE_PATTERNS = {

@@ -80,13 +80,13 @@ def test_a_request_for_an_adapter_goes_to_a_pod_that_holds_it() -> None:
             assert status == 200
             picks = {
                 s.labels["reason"]: s.value
-                for s in router.metrics.adapter_picks.collect()[0].samples
+                for s in next(iter(router.metrics.adapter_picks.collect())).samples
                 if s.name.endswith("_total")
             }
             assert picks == {"held": 12.0, "loaded": 6.0, "unplaced": 1.0}
             counted = {
                 (s.labels["model"], s.labels["kind"]): s.value
-                for s in router.metrics.model_requests.collect()[0].samples
+                for s in next(iter(router.metrics.model_requests.collect())).samples
                 if s.name.endswith("_total")
             }
             assert counted == {
