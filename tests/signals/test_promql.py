@@ -143,7 +143,12 @@ def test_prometheus_computes_the_percentiles_in_use_one_series_per_service() -> 
         rates = f"sum by (namespace, llamaservice, le) (rate({metric}[60s]))"
         assert queries[quantile_query_name(name, 95)] == f"histogram_quantile(0.95, {rates})"
         assert queries[quantile_query_name(name, 99)] == f"histogram_quantile(0.99, {rates})"
-    assert len(queries) == 7 + 3 * 2
+    # The mean inter-token interval, the mean engine step the step model's calibration fits.
+    assert queries["mean_inter_token"] == (
+        "sum by (namespace, llamaservice) (rate(vllm:inter_token_latency_seconds_sum[60s])) / "
+        "sum by (namespace, llamaservice) (rate(vllm:inter_token_latency_seconds_count[60s]))"
+    )
+    assert len(queries) == 8 + 3 * 2
 
 
 def test_past_the_cap_of_percentiles_the_bucket_rates_come_back() -> None:
@@ -200,3 +205,16 @@ def test_burst_rates_reach_the_signals_only_when_both_came_back() -> None:
     assert signals[B].burst_request_rate is None and signals[B].burst_window_seconds is None
     unasked = assemble_signals(results, {A: view()}, L, window_seconds=60)
     assert unasked[A].burst_request_rate is None
+
+
+def test_the_mean_inter_token_interval_reaches_the_signals() -> None:
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 1.0), (lab(B), 1.0)],
+        # No token followed another in B's window: 0/0 is NaN, "not observed".
+        "mean_inter_token": [(lab(A), 0.021), (lab(B), float("nan"))],
+    }
+    signals = assemble_signals(results, {A: view(), B: view()}, L, window_seconds=60)
+    assert signals[A].mean_inter_token_seconds == 0.021
+    assert signals[B].mean_inter_token_seconds is None
