@@ -106,8 +106,16 @@ def test_every_hardware_constant_is_defined_once_in_the_runtime_model() -> None:
 
 # The platform's configuration of an accelerator (config.accelerators) is input, not a second model: the
 # catalog turns it into its own Accelerator (catalog.accelerators.configured_accelerator).
+# Likewise status.autoscaling.state.stepCalibration reports the calibrated factors beside the catalog's
+# (autoscale.calibration fills it from catalog.performance): a report, not a definition.
 CONFIGURATION_SCHEMAS = {
-    "llama_operator.api.settings": {"AcceleratorSettings.bandwidth_gbps", "AcceleratorSettings.fp16_tflops"}
+    "llama_operator.api.settings": {"AcceleratorSettings.bandwidth_gbps", "AcceleratorSettings.fp16_tflops"},
+    "llama_operator.api.autoscaling": {
+        "StepCalibration.bandwidth_efficiency",
+        "StepCalibration.compute_efficiency",
+        "StepCalibration.catalog_bandwidth_efficiency",
+        "StepCalibration.catalog_compute_efficiency",
+    },
 }
 
 
