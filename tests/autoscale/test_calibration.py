@@ -183,4 +183,5 @@ def test_the_policy_calibrates_from_its_signals_persists_it_and_sizes_with_it() 
     )  # fmt: skip
     by_catalog = decide(spec, heavy, uncalibrated, now=1e5).needed_replicas
     by_calibration = decide(spec, heavy, state, now=1e5).needed_replicas
+    assert by_calibration is not None and by_catalog is not None
     assert by_calibration > by_catalog
