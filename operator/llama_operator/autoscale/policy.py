@@ -19,6 +19,11 @@ the SLO headroom at the load then observed, so the survivors still meet the SLO)
 load has come in bursts; at most one step per spec.scaleDownIntervalSeconds, at most halving. No data:
 hold, never scale down blind. Idle: the need is minReplicas, reached through the same window.
 
+The burst response (Knative's panic mode in spirit): the request rate over the latest scrape (the burst
+window), less two Poisson standard deviations, above the rate window's at two evaluations in a row
+(state.burst_since) sizes the replicas at once from that load when it needs more than the rate window's
+and the replicas there; while it lasts, no replica its load needs is removed (docs/bench/burst.md).
+
 A breach the model cannot explain (TTFT above the SLO for two whole signal windows, nothing starting,
 while the model says the replicas suffice) adds one replica per such breach: the SLO is never held
 broken below maxReplicas on the model's word.
