@@ -46,6 +46,7 @@ two activators reporting the same demand make one scale-up); the load then sizes
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
@@ -287,34 +288,49 @@ def _serve(
             slo_met=slo_met, last_down=state.last_scale_down_time, now=now, low=low,
         )  # fmt: skip
 
-    changed = desired != current
-    new_state = state.model_copy(
-        update={
-            "recommendations": history,
-            "no_data_since": None,
-            "slo_breach_since": breach_since,
-            "burst_since": burst.since,
-            "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
-            "capacity_tokens_per_second": capacity,
-            "capacity_corrected_time": corrected_time,
-            "step_calibration": calibrate(state, signals),
-            "idle_since": idle_since,
-            "activation_requested_time": None
-            if signals.ready_replicas > 0
-            else state.activation_requested_time,
-            "last_scale_time": now if changed else state.last_scale_time,
-            "last_scale_up_time": now if desired > current else state.last_scale_up_time,
-            "last_scale_down_time": now if desired < current else state.last_scale_down_time,
-        }
-    )
+    remembered = {
+        "recommendations": history,
+        "slo_breach_since": breach_since,
+        "burst_since": burst.since,
+        "capacity_tokens_per_second": capacity,
+        "capacity_corrected_time": corrected_time,
+        "idle_since": idle_since,
+    }
     return Decision(
         desired_replicas=desired,
         reason=reason,
-        state=new_state,
+        state=_served_state(state, signals, now, current=current, desired=desired, remembered=remembered),
         needed_replicas=need.replicas,
         scaling_limited=limited,
         limited_message=limited_message,
         slo_met=slo_met,
+    )
+
+
+def _served_state(
+    state: AutoscalerState,
+    signals: Signals,
+    now: float,
+    *,
+    current: int,
+    desired: int,
+    remembered: Mapping[str, object],
+) -> AutoscalerState:
+    """The state after a serving evaluation: what it observed (`remembered`), the step calibration, the
+    clocks of starting replicas and of each kind of scale, and a wake that is over once a replica serves."""
+    return state.model_copy(
+        update={
+            **remembered,
+            "no_data_since": None,
+            "last_starting_time": now if signals.starting_replicas > 0 else state.last_starting_time,
+            "step_calibration": calibrate(state, signals),
+            "activation_requested_time": None
+            if signals.ready_replicas > 0
+            else state.activation_requested_time,
+            "last_scale_time": now if desired != current else state.last_scale_time,
+            "last_scale_up_time": now if desired > current else state.last_scale_up_time,
+            "last_scale_down_time": now if desired < current else state.last_scale_down_time,
+        }
     )
 
 
