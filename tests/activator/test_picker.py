@@ -62,6 +62,17 @@ def test_conversations_under_one_long_system_prompt_each_keep_their_own_key() ->
     assert set(picks) == set(PODS)
 
 
+def test_a_light_load_keeps_its_affinity() -> None:
+    """One or two requests in flight: the affine pod takes the next one of its conversation (vLLM batches
+    them), rather than the bounded-load bound of 1 spilling it to a pod without its cache."""
+    key = key_of(chat("sys", "my question"))
+    home = pick(PODS, {}, key)
+    assert home is not None
+    for busy in (1, 2, 3):
+        again = pick(PODS, {home.endpoint: busy}, key)
+        assert again is not None and again.endpoint == home.endpoint and again.reason == "affinity"
+
+
 def test_a_skewed_prefix_never_piles_onto_one_pod() -> None:
     """Everyone shares one system prompt and one question: bounded load spills to the next pods."""
     key = key_of(chat("the same long system prompt " * 50, "hi"))

@@ -4,7 +4,8 @@ vLLM's prefix cache skips the prefill of the KV blocks a pod already holds, so r
 prompt's leading blocks (a system prompt, a conversation's history) should land on the pod that served
 them before. The picker hashes the prompt's leading blocks and walks a consistent-hash ring from there
 (consistent hashing with bounded loads, as KubeAI's proxy does): the first pod whose in-flight requests
-stay within `load_factor` times the mean takes it ("affinity"), else the next one on the ring ("spill"),
+stay within `load_factor` times the mean (or under a few, MIN_AFFINE_LOAD, whatever the mean) takes it
+("affinity"), else the next one on the ring ("spill"),
 so a skewed prefix never piles onto one pod. A pod at `saturated_at` in-flight requests takes no affine
 request: the least-loaded pod does ("saturated"). Requests without a prompt go to the least-loaded pod.
 Adding or removing a pod moves only the keys of its own arcs.
@@ -28,6 +29,11 @@ from typing import Any
 
 from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_LORA_INFO, VLLM_WAITING
 
+# The affine pod takes at least this many requests at once whatever the mean: vLLM batches them into the
+# same steps, so a few more on it cost little, while a spill costs the whole prefill its cache would have
+# skipped (with 3 pods and one request in flight, the bounded-load bound alone is 1: a light load spilled
+# a sixth of its requests in the simulator).
+MIN_AFFINE_LOAD = 4
 VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of even with 3+ pods
 BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
 PREFIX_CHARS = 1024  # the leading blocks of each message (or of a prompt) that pick the pod (~256 tokens)
@@ -133,7 +139,7 @@ def pick(
     if key is None:
         return Pick(least_loaded(candidates, load, tiebreak), "least_loaded")
     total = sum(load.values())
-    bound = math.ceil(load_factor * (total + 1) / len(candidates))
+    bound = max(math.ceil(load_factor * (total + 1) / len(candidates)), MIN_AFFINE_LOAD)
     points, owners = _ring(candidates)
     start = bisect.bisect_left(points, key)
     seen: list[str] = []
