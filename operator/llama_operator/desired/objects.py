@@ -242,6 +242,20 @@ def scrape_annotations() -> dict[str, str]:
     }
 
 
+def node_placement(plan: Plan, settings: Settings) -> dict[str, Any]:
+    """The pod spec's nodeSelector and tolerations for the plan's nodes: the platform's scheduling defaults
+    first, the plan's placement added (its product label wins)."""
+    placement: dict[str, Any] = {}
+    node_selector = {**settings.pod_node_selector, **plan.node_selector}
+    if node_selector:
+        placement["nodeSelector"] = node_selector
+    tolerations = [t.to_wire() for t in plan.tolerations]
+    tolerations += [t for t in settings.pod_tolerations if t not in tolerations]
+    if tolerations:
+        placement["tolerations"] = tolerations
+    return placement
+
+
 def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool) -> Manifest:
     name = svc.metadata.name
     annotations = dict(settings.pod_annotations)
@@ -300,14 +314,7 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
             }
         ],
     }
-    # The platform's scheduling defaults first; the plan's placement is added (its product label wins).
-    node_selector = {**settings.pod_node_selector, **plan.node_selector}
-    if node_selector:
-        pod_spec["nodeSelector"] = node_selector
-    tolerations = [t.to_wire() for t in plan.tolerations]
-    tolerations += [t for t in settings.pod_tolerations if t not in tolerations]
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    pod_spec.update(node_placement(plan, settings))
     affinity = _with_platform_affinity(_affinity(plan), settings.pod_affinity)
     if affinity:
         pod_spec["affinity"] = affinity

@@ -29,6 +29,7 @@ from llama_operator.desired.objects import (
     node_cache_owner_container,
     node_cache_path,
     node_local_cache,
+    node_placement,
     owner_reference,
 )
 
@@ -124,13 +125,7 @@ def build_stage_daemonset(svc: LlamaService, plan: Plan, settings: Settings) -> 
         "terminationGracePeriodSeconds": 1,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
     }
-    node_selector = {**settings.pod_node_selector, **plan.node_selector}
-    if node_selector:
-        pod_spec["nodeSelector"] = node_selector
-    tolerations = [t.to_wire() for t in plan.tolerations]
-    tolerations += [t for t in settings.pod_tolerations if t not in tolerations]
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    pod_spec.update(node_placement(plan, settings))
     if plan.node_affinity:
         terms = [t.to_wire() for t in plan.node_affinity]
         pod_spec["affinity"] = {
