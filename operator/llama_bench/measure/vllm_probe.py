@@ -229,7 +229,8 @@ def admitted_together(timings: Sequence[StreamTiming]) -> int:
     """Of streams sent at once, how many got their first token before the first of them ended: the ones the
     server ran together (the others waited for a place)."""
     first_end = min(t.chunk_times[-1] for t in timings)
-    return sum(1 for t in timings if t.chunk_times[0] < first_end)
+    # At least the stream that ended first ran (its first token may be its last: <=).
+    return max(1, sum(1 for t in timings if t.chunk_times[0] <= first_end))
 
 
 def _mine(labels: dict[str, str], client: VllmClient) -> bool:
