@@ -179,7 +179,6 @@ def _sample_value(line: str) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-LORA_INFO = VLLM_LORA_INFO
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -189,9 +188,9 @@ def vllm_active_adapters(metrics_text: str) -> frozenset[str]:
     the newest is the current one."""
     newest, adapters = -1.0, frozenset[str]()
     for line in metrics_text.splitlines():
-        if not line.startswith(LORA_INFO + "{"):
+        if not line.startswith(VLLM_LORA_INFO + "{"):
             continue
-        labels = dict(_LABEL.findall(line[len(LORA_INFO) : line.rfind("}") + 1]))
+        labels = dict(_LABEL.findall(line[len(VLLM_LORA_INFO) : line.rfind("}") + 1]))
         value = _sample_value(line)
         if value >= newest:
             newest = value
