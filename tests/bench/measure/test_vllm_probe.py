@@ -3,9 +3,20 @@ are left out, merged chunks count as the steps they were."""
 
 from __future__ import annotations
 
+import asyncio
+import math
+
+import aiohttp
 import pytest
 
-from llama_bench.measure.vllm_probe import StreamTiming, admitted_together, decode_step_seconds
+from llama_bench.measure.vllm_probe import (
+    StreamTiming,
+    VllmClient,
+    admitted_together,
+    concurrency_between,
+    decode_step_seconds,
+    scheduled_without_waiting,
+)
 
 STEP = 0.010
 PREFILL = 0.200  # a long prompt's prefill: every decoding stream waits this long
@@ -66,3 +77,63 @@ def test_streams_sent_at_once_tell_how_many_the_server_ran_together() -> None:
 
     assert admitted_together([stream(0.1, 1.0), stream(0.1, 1.0), stream(1.01, 2.0), stream(1.02, 2.0)]) == 2
     assert admitted_together([stream(0.1, 1.0), stream(0.2, 1.1)]) == 2  # all ran together
+
+
+def test_the_queue_time_histogram_tells_how_many_began_without_waiting() -> None:
+    before = {0.3: 5.0, 0.5: 5.0, 1.0: 6.0, math.inf: 6.0}  # what the server had served before the probe
+    # Eight sent at once to a server running two at a time, each for about 0.8 s: two never waited, then
+    # two waited 0.8 s, two 1.6 s, two 2.4 s.
+    after = {0.3: 7.0, 0.5: 7.0, 1.0: 10.0, math.inf: 14.0}
+    assert scheduled_without_waiting(before, after, probe=8) == 2
+    # Not yet all of them in the histogram (it is written as each ends), or none waited beyond its smallest
+    # bucket (requests faster than 0.3 s), or no histogram: it cannot tell.
+    assert scheduled_without_waiting(before, {**after, math.inf: 12.0}, probe=8) is None
+    assert scheduled_without_waiting(before, {0.3: 13.0, 0.5: 13.0, 1.0: 14.0, math.inf: 14.0}, 8) is None
+    assert scheduled_without_waiting({}, {}, probe=8) is None
+
+
+def test_a_running_count_seen_while_others_waited_outweighs_the_histogram() -> None:
+    assert concurrency_between(2, 2) == 2
+    assert concurrency_between(2, 5) == 2  # five began at once: some reached the engine only late
+    assert concurrency_between(None, 4) == 4  # no metrics poll came back in time: the bound alone
+    assert concurrency_between(3, None) == 3
+    assert concurrency_between(None, None) is None
+
+
+def test_a_request_on_a_connection_the_server_dropped_is_sent_again() -> None:
+    """The server closes its first connection without an answer, as a server closing an idle keep-alive
+    connection just as the client reuses it does; the client sends the request again and streams it."""
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        + b"".join(
+            b"%x\r\n%s\r\n" % (len(c), c)
+            for c in (b'data: {"choices":[{"text":"a"}]}\n\n', b'data: {"choices":[{"text":"b"}]}\n\n')
+        )
+        + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    )
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+        )
+        await reader.readexactly(length)
+        if connections > 1:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    async def run() -> StreamTiming:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            client = VllmClient(f"http://127.0.0.1:{port}", model="m")
+            async with aiohttp.ClientSession() as session:
+                client._session = session  # no discovery: this server speaks only the completion
+                return await client.stream(4, 2)
+
+    timing = asyncio.run(run())
+    assert timing.error == "" and len(timing.chunk_times) == 2 and connections == 2
