@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from localcluster import info as cluster_info
-from support import Cluster, OperatorProcess, repo_root
+from support import Cluster, OperatorProcess, repo_root, vllm_server_module
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -129,18 +126,6 @@ VLLM_DOC_SERVICE = (
     "chat"  # the LlamaService, and so the served model name, that docs/call-your-model.md calls
 )
 VLLM_API_KEY = "sk-tests-only-0123456789"
-
-
-def vllm_server_module() -> ModuleType:
-    # By path under a unique name: "server" is too generic for sys.path, and a package named e2e.vllm
-    # would shadow the real vllm wherever e2e/ is importable. One module object for every test file.
-    name = "llama_operator_e2e_vllm_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, repo_root() / "e2e" / "vllm" / "server.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
@@ -40,6 +42,19 @@ def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+def vllm_server_module() -> ModuleType:
+    """e2e/vllm/server.py, the real-vLLM helpers, one module object for every test. Loaded by path under
+    a unique name: "server" is too generic for sys.path, and a package named e2e.vllm would shadow the
+    real vllm wherever e2e/ is importable."""
+    name = "llama_operator_e2e_vllm_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, repo_root() / "e2e" / "vllm" / "server.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5) -> T:

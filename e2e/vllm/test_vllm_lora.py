@@ -8,14 +8,11 @@ vLLM starting. Run: `pytest -m vllm e2e/vllm/test_vllm_lora.py -s`.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 import time
 import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,21 +23,9 @@ from llama_operator.api.status import AdapterStatus
 from llama_operator.infra.vllm_adapters import list_adapters, sync_adapters
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV
 from llama_operator.planning.planner import PlanningConfig, plan_service
+from support import vllm_server_module
 
-
-def _load_server_module() -> ModuleType:
-    name = "llama_operator_e2e_vllm_server"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vs = _load_server_module()
+vs = vllm_server_module()
 
 pytestmark = pytest.mark.vllm
 

@@ -6,36 +6,22 @@ URL: `http://localhost:8000`, where the doc's `kubectl port-forward` listens, be
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from support import vllm_server_module
+
 pytestmark = pytest.mark.vllm
-
-
-def _server_module() -> ModuleType:
-    # The server helpers as the other tests here load them (by path, one module object for all).
-    name = "llama_operator_e2e_vllm_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("server.py"))
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-vs = _server_module()
+vs = vllm_server_module()
 
 
 @pytest.fixture
