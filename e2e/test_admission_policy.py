@@ -234,7 +234,8 @@ def test_the_real_operator_under_the_policy_with_its_service_account_token(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     """The operator as the chart runs it (its own ServiceAccount's token and RBAC) creates and updates the
-    objects of a LlamaService while the policy is in force; a tenant's edit of the same objects is refused."""
+    objects of a LlamaService while the policy is in force (the stage DaemonSet of spec.model.cache.nodeLocal
+    among them); a tenant's edit of the same objects is refused."""
     label = f"l{uuid.uuid4().hex[:8]}"  # not a number to helm --set
     release = f"vap-{label}"
     fullname = f"{release}-llama-operator"
@@ -277,9 +278,13 @@ def test_the_real_operator_under_the_policy_with_its_service_account_token(
     )
     try:
         proc.start()
-        service = llamaservice_manifest("guarded", replicas=1)
+        model = {"name": "meta-llama/Llama-3.2-1B-Instruct", "cache": {"nodeLocal": True}}
+        service = llamaservice_manifest("guarded", replicas=1, model=model)
         assert cluster.apply(service, namespace).returncode == 0
         eventually("the operator's Deployment", lambda: cluster.get("deployment", "guarded", namespace), 120)
+        eventually(
+            "the operator's stage DaemonSet", lambda: cluster.get("daemonset", "guarded-stage", namespace), 60
+        )
         eventually(
             "a tenant's edit refused",
             lambda: (
@@ -296,8 +301,13 @@ def test_the_real_operator_under_the_policy_with_its_service_account_token(
                 )[1]
             ),
         )
+        code, out = _as(
+            cluster, TENANT, "delete", "-n", namespace, "daemonset/guarded-stage", "--dry-run=server"
+        )
+        assert code != 0 and REFUSED in out, out
         # The operator still changes what it owns: a new replica count reaches the Deployment.
-        assert cluster.apply(llamaservice_manifest("guarded", replicas=2), namespace).returncode == 0
+        scaled_up = llamaservice_manifest("guarded", replicas=2, model=model)
+        assert cluster.apply(scaled_up, namespace).returncode == 0
 
         def scaled() -> bool:
             deployment = cluster.get("deployment", "guarded", namespace) or {}

@@ -220,6 +220,9 @@ def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, na
         ("patch", "llamaservices.serving.llama-operator.dev/status", "watched", True),
         ("update", "llamaservices.serving.llama-operator.dev", "watched", True),
         ("create", "deployments", "kube-system", False),
+        ("create", "daemonsets", "watched", True),  # the stage DaemonSet (spec.model.cache.nodeLocal)
+        ("delete", "daemonsets", "watched", True),
+        ("create", "daemonsets", "kube-system", False),
         ("delete", "services", "default", False),
         ("create", "pods", "watched", False),
         ("create", "pods/exec", "watched", False),

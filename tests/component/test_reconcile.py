@@ -18,7 +18,9 @@ from kubernetes import client
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.catalog.vllm import VLLM_PORT
+from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.handlers.indexes import (
+    daemon_set_index,
     deployment_index,
     endpoint_slice_index,
     llamaservice_index,
@@ -127,6 +129,14 @@ def read_indexes(api_client: client.ApiClient, memo: kopf.Memo) -> Indexes:
             endpoint_slice_index,
             memo,
         ),
+        daemon_sets=index(
+            api_client,
+            apps.list_daemon_set_for_all_namespaces().items,
+            "DaemonSet",
+            "apps/v1",
+            daemon_set_index,
+            memo,
+        ),
     )
 
 
@@ -138,11 +148,19 @@ def reconcile_once(
     )
 
 
-def test_one_reconcile_applies_the_objects_and_writes_status_then_nothing(api: client.ApiClient) -> None:
-    namespace, name = f"component-{uuid.uuid4().hex[:6]}", "chat"
+def operator_memo(api: client.ApiClient) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.settings = Settings()
+    memo.kube = Kube(api)
+    memo.metrics = OperatorMetrics()
+    memo.pod_monitor = False
+    memo.inference_pool = False
+    return memo
+
+
+def create_service(api: client.ApiClient, namespace: str, name: str, model: dict[str, Any]) -> dict[str, Any]:
     client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
-    custom = client.CustomObjectsApi(api)
-    created = custom.create_namespaced_custom_object(
+    created: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP,
         VERSION,
         namespace,
@@ -151,15 +169,17 @@ def test_one_reconcile_applies_the_objects_and_writes_status_then_nothing(api: c
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "LlamaService",
             "metadata": {"name": name},
-            "spec": {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct"}, "accelerator": {"type": "t4"}},
+            "spec": {"model": model, "accelerator": {"type": "t4"}},
         },
     )
-    memo = kopf.Memo()
-    memo.settings = Settings()
-    memo.kube = Kube(api)
-    memo.metrics = OperatorMetrics()
-    memo.pod_monitor = False
-    memo.inference_pool = False
+    return created
+
+
+def test_one_reconcile_applies_the_objects_and_writes_status_then_nothing(api: client.ApiClient) -> None:
+    namespace, name = f"component-{uuid.uuid4().hex[:6]}", "chat"
+    created = create_service(api, namespace, name, {"name": "meta-llama/Llama-3.2-1B-Instruct"})
+    custom = client.CustomObjectsApi(api)
+    memo = operator_memo(api)
     written = WrittenStatus()
 
     first = reconcile_once(api, memo, (namespace, name), written)
@@ -189,3 +209,32 @@ def test_one_reconcile_applies_the_objects_and_writes_status_then_nothing(api: c
     # Level-triggered and idempotent: the same service, read again, needs no write at all.
     third = reconcile_once(api, memo, (namespace, name), written)
     assert (third.writes, third.status_written) == (0, False)
+
+
+def test_the_stage_daemonset_follows_node_local_and_a_converged_one_needs_no_write(
+    api: client.ApiClient,
+) -> None:
+    namespace, name = f"component-{uuid.uuid4().hex[:6]}", "chat"
+    model = {"name": "meta-llama/Llama-3.2-1B-Instruct", "cache": {"nodeLocal": True}}
+    created = create_service(api, namespace, name, model)
+    memo, written, apps = operator_memo(api), WrittenStatus(), client.AppsV1Api(api)
+
+    first = reconcile_once(api, memo, (namespace, name), written)
+    assert first.requeue_after is None
+    stage = apps.read_namespaced_daemon_set(f"{name}-stage", namespace)
+    assert [(o.kind, o.uid, o.controller) for o in stage.metadata.owner_references] == [
+        ("LlamaService", created["metadata"]["uid"], True)
+    ]
+    assert SERVICE_LABEL not in stage.spec.template.metadata.labels
+    # Indexed and judged converged: the API server's defaults are no drift, nothing is written again.
+    reconcile_once(api, memo, (namespace, name), written)
+    assert reconcile_once(api, memo, (namespace, name), written).writes == 0
+
+    # nodeLocal off: the stage goes (by uid), the replicas stay.
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"spec": {"model": {"cache": {"nodeLocal": False}}}}
+    )
+    removed = reconcile_once(api, memo, (namespace, name), written)
+    assert removed.writes >= 1
+    assert not apps.list_namespaced_daemon_set(namespace).items
+    assert apps.read_namespaced_deployment(name, namespace).metadata.name == name

@@ -11,7 +11,8 @@ from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import SERVICE_LABEL, selector_labels
 from llama_operator.desired.objects import build_desired_state, build_pod_template
-from llama_operator.desired.staging import STAGE_LABEL, build_stage_daemonset
+from llama_operator.desired.staging import STAGE_LABEL, build_stage_daemonset, stage_name
+from llama_operator.reconcile.ownership import controller_uid
 from tests.desired.test_objects import PLAN, service
 
 
@@ -84,6 +85,8 @@ def test_stage_pods_are_never_selected_as_replicas() -> None:
     assert SERVICE_LABEL not in labels
     assert not set(selector_labels("chat").items()) <= set(labels.items())
     assert ds["spec"]["selector"]["matchLabels"] == {STAGE_LABEL: "chat"}
+    # The DaemonSet itself carries the service's label: the operator's watch and index select on it.
+    assert ds["metadata"]["labels"][SERVICE_LABEL] == "chat"
 
 
 def test_stage_daemonset_downloads_the_weights_into_the_node_local_cache() -> None:
@@ -113,7 +116,55 @@ def test_stage_daemonset_downloads_the_weights_into_the_node_local_cache() -> No
     assert _env(vllm)["HF_HOME"] == env["HF_HOME"]["value"]
 
 
-def test_desired_state_is_unchanged_by_the_stage_builder() -> None:
-    # The stage DaemonSet is built on its own; the replicas' objects stay what they were.
-    kinds = [o["kind"] for o in build_desired_state(service(), PLAN, Settings(), pod_monitor=False).objects]
-    assert "DaemonSet" not in kinds
+NODE_LOCAL = {"name": "meta-llama/Llama-3.2-1B-Instruct", "cache": {"nodeLocal": True}}
+
+
+def test_no_revision_is_no_variable_rather_than_an_empty_one() -> None:
+    # The API server drops an empty value: the live object would never match it, a write every reconcile.
+    pod = build_stage_daemonset(service(model=NODE_LOCAL), PLAN, Settings())["spec"]["template"]["spec"]
+    env = pod["initContainers"][1]["env"]
+    assert "REVISION" not in {e["name"] for e in env}
+    assert all(e.get("value") != "" for e in env)
+
+
+def test_node_local_desired_state_applies_the_stage_daemonset_before_the_replicas() -> None:
+    svc = service(model=NODE_LOCAL, replicas=2)
+    state = build_desired_state(svc, PLAN, Settings(), pod_monitor=False)
+    kinds = [o["kind"] for o in state.objects]
+    assert kinds == ["Service", "PodDisruptionBudget", "DaemonSet", "Deployment"]
+    ds = state.objects[kinds.index("DaemonSet")]
+    assert ds == build_stage_daemonset(svc, PLAN, Settings())
+    assert ds["metadata"]["name"] == stage_name(svc) == "chat-stage"
+    assert ("apps/v1", "DaemonSet", "chat-stage") not in state.absent
+    # Found by the operator's DaemonSet index (SERVICE_LABEL) and owned (a controller reference) like the rest.
+    assert ds["metadata"]["labels"][SERVICE_LABEL] == "chat"
+    assert controller_uid(ds) == "1234"
+
+
+def test_stage_pods_match_no_selector_of_the_replicas() -> None:
+    state = build_desired_state(service(model=NODE_LOCAL, replicas=2), PLAN, Settings(), pod_monitor=True)
+    objects = {o["kind"]: o for o in state.objects}
+    stage_pod_labels = set(objects["DaemonSet"]["spec"]["template"]["metadata"]["labels"].items())
+    selectors = [
+        objects["Service"]["spec"]["selector"],
+        objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
+        objects["PodMonitor"]["spec"]["selector"]["matchLabels"],
+        objects["Deployment"]["spec"]["selector"]["matchLabels"],
+    ]
+    for selector in selectors:
+        assert not set(selector.items()) <= stage_pod_labels, selector
+    # Nor do the replicas match the stage's selector: the DaemonSet never claims a replica pod.
+    replica_labels = set(objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items())
+    assert not set(objects["DaemonSet"]["spec"]["selector"]["matchLabels"].items()) <= replica_labels
+
+
+@pytest.mark.parametrize("cache", [None, {"sizeLimit": "20Gi"}, {"persistentVolumeClaim": "w"}])
+def test_without_node_local_the_stage_daemonset_is_absent(cache: dict[str, Any] | None) -> None:
+    model: dict[str, Any] = {
+        "name": "meta-llama/Llama-3.2-1B-Instruct",
+        **({"cache": cache} if cache else {}),
+    }
+    state = build_desired_state(service(model=model), PLAN, Settings(), pod_monitor=False)
+    assert "DaemonSet" not in [o["kind"] for o in state.objects]
+    # nodeLocal turned off: a stage DaemonSet made before is removed (if this service controls it).
+    assert ("apps/v1", "DaemonSet", "chat-stage") in state.absent

@@ -47,6 +47,10 @@ in a pod's status (the LoRA adapters' readiness gate, set once the adapters are 
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, update, delete]
+# The stage DaemonSet of a LlamaService with spec.model.cache.nodeLocal (docs/cold-start.md).
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, update, delete]

@@ -366,8 +366,8 @@ class ActivatorValues(ValuesModel):
 
 class AdmissionPolicyValues(ValuesModel):
     """A ValidatingAdmissionPolicy that refuses changes to the objects the operator controls (the Deployment,
-    Service, PodDisruptionBudget, PodMonitor and EndpointSlices of each LlamaService) by anyone but the
-    operator and Kubernetes' own controllers, so that a hand edit never reaches a pod."""
+    stage DaemonSet, Service, PodDisruptionBudget, PodMonitor and EndpointSlices of each LlamaService) by
+    anyone but the operator and Kubernetes' own controllers, so that a hand edit never reaches a pod."""
 
     enabled: Annotated[
         bool,

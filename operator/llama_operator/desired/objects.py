@@ -476,12 +476,20 @@ def build_desired_state(
         absent.append(("policy/v1", "PodDisruptionBudget", name))
     if pod_monitor:
         objects.append(build_pod_monitor(svc, settings))
-    # (Imported here: the LeaderWorkerSet builder reuses this module's pod template.)
+    # (Imported here: the LeaderWorkerSet and stage builders reuse this module's pod template and helpers.)
     from llama_operator.desired.leader_worker_set import (  # noqa: PLC0415
         LWS_API_VERSION,
         LWS_KIND,
         build_leader_worker_set,
     )
+    from llama_operator.desired.staging import build_stage_daemonset, stage_name  # noqa: PLC0415
+
+    if node_local_cache(svc):
+        # Before the replicas: the stage pulls the image and downloads the weights on the nodes first.
+        objects.append(build_stage_daemonset(svc, plan, settings))
+    else:
+        # nodeLocal turned off: the stage goes.
+        absent.append(("apps/v1", "DaemonSet", stage_name(svc)))
 
     if plan.nodes > 1:
         # A replica over several nodes: a LeaderWorkerSet group per replica, in place of the Deployment.

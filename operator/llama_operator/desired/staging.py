@@ -11,7 +11,9 @@ Then a container that only sleeps keeps the pod (and so the image) in place at a
 Why the operator and not the chart: only the operator knows which images and node pools are in use (the
 plan's image, the accelerator's node selector) and when they change; the DaemonSet follows the
 LlamaService, owned by it, and goes with it. The stage pods carry their own selector label, never the
-service's: the Service, the PodDisruptionBudget and the autoscaler never count them as replicas.
+service's: the Service, the PodDisruptionBudget and the autoscaler never count them as replicas. The
+DaemonSet itself carries the service's label, as every object the operator owns does: the operator's watch
+and index of DaemonSets select on it (handlers/indexes.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH
-from llama_operator.desired.labels import MANAGED_BY
+from llama_operator.desired.labels import MANAGED_BY, selector_labels
 from llama_operator.desired.objects import (
     VLLM_UID,
     Manifest,
@@ -75,8 +77,10 @@ def _download_container(svc: LlamaService, plan: Plan) -> dict[str, Any]:
         {"name": "HF_HOME", "value": f"{MODEL_CACHE_PATH}/hf"},
         {"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "0"},
         {"name": "MODEL", "value": model.name},
-        {"name": "REVISION", "value": model.revision or ""},
     ]
+    if model.revision:
+        # Only when set: the API server drops an empty value, which would read as drift at every reconcile.
+        env.append({"name": "REVISION", "value": model.revision})
     if model.token_secret_ref is not None:
         ref = model.token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -139,7 +143,8 @@ def build_stage_daemonset(svc: LlamaService, plan: Plan, settings: Settings) -> 
         "metadata": {
             "name": stage_name(svc),
             "namespace": svc.metadata.namespace,
-            "labels": labels,
+            # The service's label on the DaemonSet only (the operator's watch selects on it), never on its pods.
+            "labels": {**labels, **selector_labels(svc.metadata.name)},
             "ownerReferences": [owner_reference(svc)],
         },
         "spec": {

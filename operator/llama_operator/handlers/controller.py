@@ -319,6 +319,7 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT})
+@kopf.on.event("apps", "v1", "daemonsets", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("", "v1", "services", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels={SERVICE_LABEL: kopf.PRESENT})
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels={SERVICE_LABEL: kopf.PRESENT})

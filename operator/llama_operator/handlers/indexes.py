@@ -131,6 +131,14 @@ def leader_worker_set_index(
     return {(str(namespace), labels[SERVICE_LABEL]): owned_summary(body)}
 
 
+@kopf.index("apps", "v1", "daemonsets", labels={SERVICE_LABEL: kopf.PRESENT})
+def daemon_set_index(
+    body: kopf.Body, namespace: str | None, name: str, **_: Any
+) -> dict[ObjectKey, dict[str, Any]]:
+    """The stage DaemonSet of a LlamaService with the node-local cache (desired/staging.py)."""
+    return _owned(body, namespace, name)
+
+
 @kopf.index("", "v1", "services", labels={SERVICE_LABEL: kopf.PRESENT})
 def service_index(
     body: kopf.Body, namespace: str | None, name: str, **_: Any

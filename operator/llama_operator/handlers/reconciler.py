@@ -49,6 +49,7 @@ class Indexes:
     endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
     inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
     leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
+    daemon_sets: kopf.Index[ObjectKey, dict[str, Any]] | None = None
 
     def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
         """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""
@@ -77,6 +78,7 @@ class Indexes:
             "PodMonitor": self.pod_monitors,
             "EndpointSlice": self.endpoint_slices,
             "InferencePool": self.inference_pools or {},
+            "DaemonSet": self.daemon_sets or {},
         }[kind]
         return next(iter(index.get((kind, namespace, name), [])), None)
 

@@ -29,6 +29,7 @@ WORKER_IDLE_SECONDS = 0.5
 LABELLED_KINDS: tuple[tuple[str, str, str], ...] = (
     ("", "v1", "pods"),
     ("apps", "v1", "deployments"),
+    ("apps", "v1", "daemonsets"),
     ("", "v1", "services"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("monitoring.coreos.com", "v1", "podmonitors"),
@@ -121,6 +122,7 @@ async def run_controller(*, memo: OperatorMemo, logger: kopf.Logger, **kwargs: A
         endpoint_slices=kwargs["endpoint_slice_index"],
         inference_pools=kwargs["inference_pool_index"],
         leader_worker_sets=kwargs["leader_worker_set_index"],
+        daemon_sets=kwargs["daemon_set_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings
