@@ -238,3 +238,14 @@ def test_the_stage_daemonset_follows_node_local_and_a_converged_one_needs_no_wri
     assert removed.writes >= 1
     assert not apps.list_namespaced_daemon_set(namespace).items
     assert apps.read_namespaced_deployment(name, namespace).metadata.name == name
+    # The replicas' volume follows too: the fields the first create wrote are the operator's applied ones,
+    # so an apply without hostPath removes it (a create's own fields, kept apart, would stay and make the
+    # volume both hostPath and emptyDir, which the API server refuses).
+    volumes = apps.read_namespaced_deployment(name, namespace).spec.template.spec.volumes
+    cache = next(v for v in volumes if v.name == "model-cache")
+    assert cache.host_path is None and cache.empty_dir is not None
+    status = client.CustomObjectsApi(api).get_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name
+    )["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False", degraded

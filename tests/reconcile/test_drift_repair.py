@@ -10,7 +10,13 @@ import pytest
 
 from llama_operator.api.resource import parse_spec
 from llama_operator.api.spec import LlamaServiceSpec
-from llama_operator.reconcile.drift import Repair, merge_patch_changes, repair_needed, spec_managers
+from llama_operator.reconcile.drift import (
+    Repair,
+    merge_patch_changes,
+    repair_needed,
+    spec_managers,
+    writes_as_applied,
+)
 from llama_operator.reconcile.execution import Event
 from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
 
@@ -111,3 +117,48 @@ def test_a_hand_scale_past_the_bounds_is_noticed(
     deployment = {"spec": {"replicas": replicas}}
     assert replicas_out_of_bounds(spec(autoscaling=autoscaling), deployment) is outside
     assert not replicas_out_of_bounds(spec(autoscaling=autoscaling), None)  # no Deployment yet
+
+
+def test_a_create_s_fields_become_the_operator_s_applied_ones_the_replica_count_aside() -> None:
+    created = {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {
+            "f:replicas": {},
+            "f:template": {"f:spec": {"f:volumes": {'k:{"name":"cache"}': {"f:hostPath": {}}}}},
+        },
+    }
+    entries = [
+        {"manager": "llama-operator", "operation": "Update", "apiVersion": "apps/v1", "fieldsV1": created},
+        {
+            "manager": "llama-operator",
+            "operation": "Apply",
+            "apiVersion": "apps/v1",
+            "fieldsV1": {"f:spec": {"f:paused": {}}},
+        },
+        {
+            "manager": "llama-operator-autoscaler",
+            "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:replicas": {}}},
+        },
+        {
+            "manager": "llama-operator",
+            "operation": "Update",
+            "subresource": "status",
+            "fieldsV1": {"f:status": {}},
+        },
+    ]
+    moved = writes_as_applied(entries, "llama-operator", replicas_applied=False)
+    assert moved is not None
+    assert [(e["manager"], e["operation"], e.get("subresource")) for e in moved] == [
+        ("llama-operator-autoscaler", "Apply", None),
+        ("llama-operator", "Update", "status"),
+        ("llama-operator", "Apply", None),
+    ]
+    applied = moved[-1]["fieldsV1"]
+    assert applied["f:metadata"] == {"f:labels": {"f:app": {}}}
+    assert set(applied["f:spec"]) == {"f:paused", "f:template"}  # the autoscaler keeps the count
+    with_count = writes_as_applied(entries, "llama-operator", replicas_applied=True)
+    assert with_count is not None and "f:replicas" in with_count[-1]["fieldsV1"]["f:spec"]
+    # Nothing to move: nothing is written.
+    assert writes_as_applied(moved, "llama-operator", replicas_applied=False) is None
+    assert writes_as_applied(None, "llama-operator", replicas_applied=False) is None

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llama_operator.desired.objects import DesiredState, Manifest
 from llama_operator.infra.kube import Kube
-from llama_operator.reconcile.drift import Repair, repair_needed, spec_managers
+from llama_operator.reconcile.drift import Repair, repair_needed, spec_managers, writes_as_applied
 from llama_operator.reconcile.execution import ExecutionReport, ObjectRef, Rejection, is_permanent_refusal
 from llama_operator.reconcile.ownership import Ownership, object_uid, ownership
 
@@ -70,8 +70,9 @@ class _Executor:
         state = ownership(live, self.owner_uid)
         if state is Ownership.ABSENT:
             try:
-                self.kube.create(manifest, field_manager=self.field_manager)
+                created = self.kube.create(manifest, field_manager=self.field_manager)
                 self.report.wrote(manifest["kind"])
+                self._own_as_applied(manifest, created)
                 return True
             except ApiException as err:
                 if err.status != 409:
@@ -90,15 +91,46 @@ class _Executor:
                 manifest["metadata"]["name"],
                 ", ".join(sorted(set(live["metadata"].get("specManagers") or []) - self.own_managers)),
             )
-            self.kube.replace_spec(manifest, field_manager=self.field_manager, uid=uid, keep_replicas=True)
+            replaced = self.kube.replace_spec(
+                manifest, field_manager=self.field_manager, uid=uid, keep_replicas=True
+            )
             self.report.wrote(manifest["kind"])
+            self._own_as_applied(manifest, replaced)
             self.report.repaired.append(
                 ObjectRef(manifest["kind"], manifest["metadata"]["namespace"], manifest["metadata"]["name"])
             )
         elif repair is Repair.APPLY:
+            # Created by an operator version that left its create's fields apart: moved now,
+            # so this apply can remove what the operator no longer sets.
+            self._own_as_applied(manifest, _read(self.kube, manifest))
             self.kube.apply(manifest, field_manager=self.field_manager, uid=uid)
             self.report.wrote(manifest["kind"])
         return True
+
+    def _own_as_applied(self, manifest: Manifest, written: dict[str, Any] | None) -> None:
+        """Move the fields this manager wrote by create or replace into its applied ones (writes_as_applied),
+        so that a later apply removes a field the operator stops setting."""
+        meta = (written or {}).get("metadata") or {}
+        entries = writes_as_applied(
+            meta.get("managedFields"),
+            self.field_manager,
+            replicas_applied="replicas" in manifest.get("spec", {}),
+        )
+        if entries is None:
+            return
+        try:
+            self.kube.set_managed_fields(
+                manifest["apiVersion"],
+                manifest["kind"],
+                namespace=meta["namespace"],
+                name=meta["name"],
+                resource_version=str(meta["resourceVersion"]),
+                entries=entries,
+            )
+        except ApiException as err:
+            if err.status not in (409, 422):
+                raise
+            # Changed since it was read: the next reconcile's apply moves them (the APPLY path above).
 
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         stub = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}}

@@ -135,6 +135,29 @@ class Kube:
         )
         return dict(result.to_dict())
 
+    def set_managed_fields(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        entries: list[Any],
+    ) -> None:
+        """Write an object's managedFields as given (a JSON patch, conditional on its resourceVersion: an
+        object changed since it was read is left for the next reconcile)."""
+        self.dynamic.patch(
+            self._resource(api_version, kind),
+            body=[
+                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+                {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+            ],
+            name=name,
+            namespace=namespace,
+            content_type="application/json-patch+json",
+        )
+
     def replace_spec(
         self, manifest: Manifest, *, field_manager: str, uid: str, keep_replicas: bool
     ) -> dict[str, Any]:

@@ -122,3 +122,60 @@ def _list_item_differs(patch: Any, current: Any) -> bool:
             for k in keys
         )
     return merge_patch_changes(patch, current)
+
+
+def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two fieldsV1 sets as one (nested dicts of field names; leaves are {})."""
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = (
+            _union(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+        )
+    return out
+
+
+def writes_as_applied(
+    managed_fields: Any, field_manager: str, *, replicas_applied: bool
+) -> list[dict[str, Any]] | None:
+    """managedFields with this manager's own create and replace writes (its `Update` entry) moved into its
+    `Apply` entry, or None when there is none to move. Why: the API server keeps a create's (POST) or a
+    replace's (PUT) fields apart from the manager's applied ones, and an apply removes only fields it
+    owns, so a field the operator stops setting (a hostPath volume turned emptyDir) would stay forever,
+    merged into the next desired object. Client-go's csaupgrade does the same for kubectl. The replica
+    count moves only when the operator applies it (`replicas_applied`): otherwise it is the autoscaler's,
+    and an apply that owned it would take it away when it next leaves it out."""
+    if not isinstance(managed_fields, list):
+        return None
+    entries = [e for e in managed_fields if isinstance(e, dict)]
+    updates = [
+        e
+        for e in entries
+        if e.get("manager") == field_manager and e.get("operation") == "Update" and not e.get("subresource")
+    ]
+    if not updates:
+        return None
+    moved: dict[str, Any] = {}
+    for entry in updates:
+        moved = _union(moved, entry.get("fieldsV1") or {})
+    if not replicas_applied and isinstance(moved.get("f:spec"), dict):
+        moved["f:spec"] = {k: v for k, v in moved["f:spec"].items() if k != "f:replicas"}
+    applied = next(
+        (
+            e
+            for e in entries
+            if e.get("manager") == field_manager
+            and e.get("operation") == "Apply"
+            and not e.get("subresource")
+        ),
+        None,
+    )
+    merged = {
+        "manager": field_manager,
+        "operation": "Apply",
+        "apiVersion": (applied or updates[0]).get("apiVersion"),
+        "time": (applied or updates[0]).get("time"),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": _union((applied or {}).get("fieldsV1") or {}, moved),
+    }
+    kept = [e for e in entries if e is not applied and not any(e is u for u in updates)]
+    return [*kept, merged]
