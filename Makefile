@@ -71,9 +71,9 @@ vllm-flags: setup
 
 # The unit layer: the pure core, the CLI and the docs' claims, without vLLM or a cluster (the component test
 # starts its own API server from the cached binaries). The tests against the real vLLM parser (marked vllm)
-# run in `make vllm-args` and in `make test`.
+# run in `make vllm-args` and in `make test`. One worker per core (pytest-xdist): under a minute on 2 cores.
 unit: setup
-	$(VENV)/bin/pytest tests -m "not vllm"
+	$(VENV)/bin/pytest tests -m "not vllm" -n auto
 
 # The manifest fuzzers at five times the unit layer's examples (10,000 hostile manifests; ~2 min).
 fuzz: setup
