@@ -134,20 +134,19 @@ class VllmClient:
         }
         timing = StreamTiming(time.perf_counter() if sent is None else sent, prompt_tokens, output_tokens)
         for attempt in range(2):
-            timing.error = ""
             try:
                 await self._stream_into(timing, body)
+                break
             except aiohttp.ClientConnectionError as error:
-                timing.error = repr(error)
-                if timing.chunk_times or attempt:
-                    break
                 # Closed before any answer (the server disconnected, or the body could not be written): a
                 # pooled connection the server was closing just as it was reused. The server answered nothing
                 # on it, so the request is sent once more, on a new connection.
+                timing.error = repr(error)
+                if timing.chunk_times or attempt:
+                    break
+                timing.error = ""
             except (aiohttp.ClientError, TimeoutError) as error:
                 timing.error = repr(error)
-                break
-            else:
                 break
         if not timing.error and not timing.chunk_times:
             timing.error = "the stream ended without a token"

@@ -71,15 +71,16 @@ class _Executor:
         if state is Ownership.ABSENT:
             try:
                 created = self.kube.create(manifest, field_manager=self.field_manager)
-                self.report.wrote(manifest["kind"])
-                self._own_as_applied(manifest, created)
-                return True
             except ApiException as err:
                 if err.status != 409:
                     raise
                 # The index had not seen it, or it was created since: read it and judge again.
                 live = _read(self.kube, manifest)
                 state = ownership(live, self.owner_uid)
+            else:
+                self.report.wrote(manifest["kind"])
+                self._own_as_applied(manifest, created)
+                return True
         if state is not Ownership.OURS or live is None:
             return False
         repair = repair_needed(manifest, live, self.own_managers)
