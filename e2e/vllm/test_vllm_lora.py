@@ -38,6 +38,7 @@ if vs.vllm_python() is None:
 SERVED = "chat"
 # The tiny model's shape (tiny_model.py), for the planner: it is in no catalog.
 TINY_ARCHITECTURE = {"layers": 2, "kvHeads": 2, "headDim": 32, "parameters": 1_200_000, "maxContext": 2048}
+SEEN_RUNNING_WITHIN_SECONDS = 90
 APPEAR_WITHIN_SECONDS = 30.0
 
 
@@ -143,18 +144,22 @@ def test_adapters_load_serve_and_unload_without_a_restart(tmp_path: Path) -> Non
         # base service's replicas) carry every adapter's load.
         assert _base_successes(srv) - succeeded == 3
         # While a request for sql runs, vLLM's lora_requests_info names it: what the router prefers a pod by.
+        # On a starved host one request can end between two scrapes, so requests for sql keep coming (one
+        # at a time, each long) until a scrape sees one running, or the deadline passes.
+        seen: frozenset[str] = frozenset()
+        deadline = time.monotonic() + SEEN_RUNNING_WITHIN_SECONDS
         with ThreadPoolExecutor(1) as pool:
-            long = pool.submit(
-                srv.request_json,
-                "/v1/completions",
-                {"model": "sql", "prompt": "x", "max_tokens": 400, "ignore_eos": True},
-                120,
-            )
-            seen: frozenset[str] = frozenset()
-            while not long.done() and "sql" not in seen:
-                seen = vllm_active_adapters(srv.metrics_text())
-                time.sleep(0.05)
-            long.result()
+            while "sql" not in seen and time.monotonic() < deadline:
+                long = pool.submit(
+                    srv.request_json,
+                    "/v1/completions",
+                    {"model": "sql", "prompt": "x", "max_tokens": 400, "ignore_eos": True},
+                    120,
+                )
+                while not long.done() and "sql" not in seen:
+                    seen = vllm_active_adapters(srv.metrics_text())
+                    time.sleep(0.05)
+                long.result()
         assert "sql" in seen, "vllm:lora_requests_info never named the running adapter"
 
         # Removing one unloads it: no longer listed, no longer served.
