@@ -21,6 +21,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"CI needs the local cluster: {cluster_info.cluster_json_path()} is absent")
 
 
+# What a module run beside the operators' lane (marked beside_operators, e2e/run-tests.sh) must not use: an
+# operator of its own would reconcile the other lane's LlamaServices, and theirs would reconcile its own.
+NOT_BESIDE_OPERATORS = ("operator", "operator_with_pod_monitors", "namespace")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("beside_operators") is None:
+            continue
+        used = set(getattr(item, "fixturenames", ())) & set(NOT_BESIDE_OPERATORS)
+        source = item.path.read_text()
+        if used or "OperatorProcess" in source or "LlamaService(" in source:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked beside_operators but starts an operator or creates LlamaServices "
+                f"({', '.join(sorted(used)) or 'in its module'}): remove the mark, it belongs in the operators' lane"
+            )
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
     loaded = cluster_info.load()

@@ -13,6 +13,8 @@ from llama_operator.cli import build_parser, kopf_run_args
 from localcluster import info as cluster_info
 from support import repo_root
 
+pytestmark = pytest.mark.beside_operators
+
 
 def rendered_args(*values: str) -> list[str]:
     cluster = cluster_info.load()

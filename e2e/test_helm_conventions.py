@@ -19,6 +19,8 @@ from localcluster import info as cluster_info
 from localcluster.config import cache_paths
 from support import repo_root
 
+pytestmark = pytest.mark.beside_operators
+
 CHART = repo_root() / "charts" / "llama-operator"
 
 

@@ -15,6 +15,8 @@ from localcluster.config import ETCD_VERSION, cache_paths
 from localcluster.procs import Component, Processes, is_ours
 from localcluster.util import TLSClient, free_port
 
+pytestmark = pytest.mark.beside_operators
+
 
 def test_a_process_is_ours_from_the_moment_it_is_started(tmp_path: Path) -> None:
     # Just after exec the kernel shows an empty /proc/PID/cmdline for a moment; taking that for "exited"

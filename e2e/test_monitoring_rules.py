@@ -26,6 +26,8 @@ from localcluster import info as cluster_info
 from localcluster.config import PROMETHEUS_VERSION, cache_paths
 from support import repo_root
 
+pytestmark = pytest.mark.beside_operators
+
 NAMESPACE = "team-a"  # of the LlamaServices in every scenario
 JOB = r.DEFAULT_OPERATOR_JOB
 

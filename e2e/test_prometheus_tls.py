@@ -28,6 +28,8 @@ from llama_operator.infra.prometheus import (
 from localcluster import info as cluster_info
 from support import free_port, repo_root
 
+pytestmark = pytest.mark.beside_operators
+
 USERNAME = "llama-operator"
 PASSWORD = "correct horse battery staple"
 

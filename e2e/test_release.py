@@ -26,7 +26,7 @@ from imagebuild.release import CHART_DIR, changelog_section, helm, python_versio
 from localcluster.util import ClusterError, apt_install
 from support import Cluster, repo_root
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.beside_operators]
 
 MANIFEST_TYPES = ", ".join(
     [

@@ -13,7 +13,7 @@ import yaml
 
 from support import Cluster, repo_root
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.beside_operators, pytest.mark.timeout(180)]
 
 RELEASE = "rt"
 ROUTER = f"{RELEASE}-llama-operator-activator"
