@@ -179,9 +179,10 @@ def test_operator_signals_from_real_prometheus_scraping_real_vllm(server: Any) -
             time.sleep(1)  # file_sd refresh (5 s) + first scrape
         assert fetch(60).status is not SignalStatus.NO_DATA, "Prometheus never scraped the vLLM server"
 
-        # Load: 6 clients on max-num-seqs 2, so requests wait; sample signals while it runs. Long answers, so
-        # the engine is what they wait on: with short ones a busy host's client and API server pass requests
-        # on slower than the engine ends them, and nothing ever queues.
+        # Load: 6 clients on max-num-seqs 2, so requests wait; sample signals while it runs. Long answers (the
+        # prompt's ~60 tokens and 400 fill most of the 512-token context), so the engine is what they wait on:
+        # with short ones the API server passes answers on slower than the engine ends them, and its gauges
+        # read idle at most scrapes (measured alone: 1 of 5 polls nonzero at 192 tokens, 20 of 23 at 400).
         seen: dict[str, float] = {"waiting": 0.0, "kv": 0.0, "rate": 0.0}
         ttfts: list[float] = []
         stop = threading.Event()
@@ -189,7 +190,7 @@ def test_operator_signals_from_real_prometheus_scraping_real_vllm(server: Any) -
         def load() -> None:
             while not stop.is_set():
                 server.complete(
-                    "Prometheus scrapes vLLM. " * 10, max_tokens=192, ignore_eos=True, timeout=300
+                    "Prometheus scrapes vLLM. " * 10, max_tokens=400, ignore_eos=True, timeout=300
                 )
 
         with ThreadPoolExecutor(max_workers=6) as pool:
