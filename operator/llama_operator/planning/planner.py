@@ -1393,20 +1393,10 @@ def _plan_draft(request: _Request, sized: _Sized, notes: list[str]) -> tuple[int
     return draft_bytes, draft_kv_per_token
 
 
-def plan_service(
-    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
-) -> Plan:
-    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
-
-    Raises PlanningError with a message the user can act on when the spec cannot work.
-    """
+def _check_policy_inputs(spec: LlamaServiceSpec, served_name: str, config: PlanningConfig) -> None:
+    """The spec's fields that the platform's policy or the adapters' rules refuse, before any sizing."""
     check_engine_image(spec.engine.image, config.allowed_image_prefixes)
     check_trust_remote_code(spec.model.trust_remote_code, allowed=config.allow_trust_remote_code)
-    request = _request(spec, config)
-    sized, placement, notes = _choose_and_size(spec, request, config, inventory)
-    candidate = sized.candidate
-    accel = candidate.accelerator
-    served_name = spec.model.served_name or name
     cache = spec.model.cache
     check_adapters(
         spec.adapters,
@@ -1414,6 +1404,21 @@ def plan_service(
         has_cache_claim=cache is not None and cache.persistent_volume_claim is not None,
         has_api_key=spec.engine.api_key_secret_ref is not None,
     )
+
+
+def plan_service(
+    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
+) -> Plan:
+    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
+
+    Raises PlanningError with a message the user can act on when the spec cannot work.
+    """
+    served_name = spec.model.served_name or name
+    _check_policy_inputs(spec, served_name, config)
+    request = _request(spec, config)
+    sized, placement, notes = _choose_and_size(spec, request, config, inventory)
+    candidate = sized.candidate
+    accel = candidate.accelerator
     args, arg_notes = _vllm_args(spec, served_name, sized, config, request)
     notes += arg_notes
 
