@@ -21,7 +21,7 @@ more_clusters=()
 cleanup() {
   for dir in "${more_clusters[@]}"; do
     LOCALCLUSTER_STATE_DIR=$dir bash e2e/cluster.sh down >/dev/null 2>&1 || true
-    rm -rf "$dir"
+    rm -rf "$dir" "$dir.log"
   done
   if [ "$started_cluster" = 1 ]; then step "stopping the local cluster"; bash e2e/cluster.sh down || true; fi
 }
