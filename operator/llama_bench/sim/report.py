@@ -71,11 +71,13 @@ def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
     return flaps
 
 
-def itl_windows_within(snapshots: Sequence[FleetSnapshot], percentile: float, slo_seconds: float) -> float:
+def itl_windows_within(
+    snapshots: Sequence[FleetSnapshot], percentile: float, slo_seconds: float, from_seconds: float = 0.0
+) -> float:
     """The share of one-minute windows whose inter-token latency percentile, from the fleet's cumulative
     vllm:inter_token_latency_seconds buckets (each window: the counts at its last snapshot less those
-    at the previous window's), is within `slo_seconds`. Windows with no token decoded are left out; 1.0
-    when none decoded any."""
+    at the previous window's), is within `slo_seconds`. Windows with no token decoded, and those that
+    start before `from_seconds`, are left out; 1.0 when none is left."""
     last: dict[int, tuple[int, ...]] = {}
     for snapshot in snapshots:
         if snapshot.itl_bucket_counts:
@@ -86,12 +88,30 @@ def itl_windows_within(snapshots: Sequence[FleetSnapshot], percentile: float, sl
         counts = last[window]
         delta = [a - b for a, b in zip(counts, previous, strict=True)] if previous else list(counts)
         previous = counts
-        if sum(delta) == 0:
+        if sum(delta) == 0 or window * WINDOW_SECONDS < from_seconds:
             continue
         value = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, delta))
         total += 1
         met += value is not None and value <= slo_seconds
     return met / total if total else 1.0
+
+
+def ttft_windows_within(
+    result: SimulationResult, percentile: float, slo_seconds: float, from_seconds: float = 0.0
+) -> float:
+    """The share of one-minute windows (requests by arrival) whose TTFT percentile is within
+    `slo_seconds`, a request the activator answered 503 counting as an infinite TTFT. Windows that start
+    before `from_seconds` are left out; 1.0 when none is left."""
+    by_window: dict[int, list[float]] = defaultdict(list)
+    for request in result.requests:
+        if (window := int(request.arrival // WINDOW_SECONDS)) * WINDOW_SECONDS < from_seconds:
+            continue
+        ttft = request.first_token_time - request.arrival
+        by_window[window].append(math.inf if math.isnan(ttft) else ttft)
+    windows_ok = sum(
+        1 for values in by_window.values() if quantile(sorted(values), percentile / 100.0) <= slo_seconds
+    )
+    return windows_ok / len(by_window) if by_window else 1.0
 
 
 def summarize(
@@ -111,12 +131,6 @@ def summarize(
         windows_tpot = itl_windows_within(result.snapshots, percentile, tpot_slo_seconds)
     ordered = sorted(t for t in ttfts if not math.isnan(t)) if result.dropped else sorted(ttfts)
     within = sum(1 for t in ttfts if t <= slo_seconds) / len(ttfts) if ttfts else 1.0
-    by_window: dict[int, list[float]] = defaultdict(list)
-    for request, ttft in zip(result.requests, ttfts, strict=True):
-        by_window[int(request.arrival // WINDOW_SECONDS)].append(math.inf if math.isnan(ttft) else ttft)
-    windows_ok = sum(
-        1 for values in by_window.values() if quantile(sorted(values), percentile / 100.0) <= slo_seconds
-    )
     hours = max(result.end_time, 1.0) / 3600.0
     gpu_hours = result.gpu_seconds() / 3600.0
     events = [(e.time, 1 if e.after > e.before else -1) for e in result.scaling_events]
@@ -126,7 +140,7 @@ def summarize(
         policy=result.policy,
         trace=result.trace,
         requests_within_slo=within,
-        windows_within_slo=windows_ok / len(by_window) if by_window else 1.0,
+        windows_within_slo=ttft_windows_within(result, percentile, slo_seconds),
         gpu_hours=gpu_hours,
         cost=gpu_hours * result.price_per_hour,
         replica_changes_per_hour=len(result.scaling_events) / hours,

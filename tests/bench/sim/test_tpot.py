@@ -4,13 +4,14 @@ a TPOT scenario runs the planner's engine."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from llama_bench.sim.accelerators import ReplicaProfile, replica_profile
 from llama_bench.sim.fleet import FleetConfig, SimulationResult, simulate
 from llama_bench.sim.metrics import FleetSnapshot, MetricsView
 from llama_bench.sim.oracle import FixedReplicas
-from llama_bench.sim.report import itl_windows_within, summarize
+from llama_bench.sim.report import itl_windows_within, summarize, ttft_windows_within
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace, TraceRequest
 from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, cumulative_buckets, histogram_quantile
@@ -125,3 +126,26 @@ def test_tpot_windows_are_judged_per_minute_from_the_histograms_increase() -> No
     assert itl_windows_within(snapshots, 95.0, 0.05) == 2 / 3
     assert itl_windows_within(snapshots, 99.5, 0.05) == 1 / 3
     assert itl_windows_within([], 95.0, 0.05) == 1.0
+    # From minute 1 on (the calibration bench's windows after its calibration period): minute 1's increase
+    # is still taken against minute 0's counts, and minute 0 is left out.
+    assert itl_windows_within(snapshots, 95.0, 0.05, from_seconds=60.0) == 1 / 2
+    assert itl_windows_within(snapshots, 95.0, 0.05, from_seconds=180.0) == 1.0
+    assert itl_windows_within(snapshots, 99.5, 0.05, from_seconds=180.0) == 0.0
+
+
+def test_ttft_windows_after_a_start_leave_the_earlier_minutes_out() -> None:
+    """A slow first minute (the calibration period) counts over the whole run and not from minute 1 on; a
+    request answered 503 (no first token) is an infinite TTFT in its window."""
+    requests = [TraceRequest(1.0 + i, 1000, 50) for i in range(5)] + [
+        TraceRequest(61.0 + i, 1000, 50) for i in range(5)
+    ]
+    result = run(Trace("two-minutes", tuple(requests)))
+    slow = result.requests[0]
+    slow.first_token_time = slow.arrival + 30.0
+    for request in result.requests[1:5]:
+        request.first_token_time = request.arrival + 20.0
+    assert ttft_windows_within(result, 95.0, 1.0) == 1 / 2
+    assert ttft_windows_within(result, 95.0, 1.0, from_seconds=60.0) == 1.0
+    result.requests[-1].first_token_time = math.nan
+    assert ttft_windows_within(result, 95.0, 1.0, from_seconds=60.0) == 0.0
+    assert ttft_windows_within(result, 95.0, 1.0, from_seconds=3600.0) == 1.0
