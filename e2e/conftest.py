@@ -96,9 +96,7 @@ def cluster() -> Cluster:
         "-f",
         str(repo_root() / "crds" / "llamaservices.serving.llama-operator.dev.yaml"),
     )
-    c.kubectl(
-        "wait", "--for=condition=Established", "crd/llamaservices.serving.llama-operator.dev", "--timeout=60s"
-    )
+    c.wait_crd_established("llamaservices.serving.llama-operator.dev")
     return c
 
 
@@ -157,9 +155,7 @@ def pod_monitor_crd(cluster: Cluster) -> Iterator[None]:
     existed = cluster.get("crd", "podmonitors.monitoring.coreos.com", "default") is not None
     if not existed:
         cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POD_MONITOR_CRD))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/podmonitors.monitoring.coreos.com", "--timeout=60s"
-        )
+        cluster.wait_crd_established("podmonitors.monitoring.coreos.com")
     yield
     if not existed:
         # Wait until it is gone: an operator started next must not see a kind that is on its way out.

@@ -84,7 +84,13 @@ class Demo:
             RELEASE_NS,
             "--create-namespace",
         )
-        self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=60s")
+        # Right after Helm creates it the CRD can have no conditions yet, which `kubectl wait` takes as an
+        # error at once ("accessor error: <nil>"): retried, for a minute, then once more to fail with why.
+        deadline = time.monotonic() + 60
+        while not self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=10s", check=False):
+            if time.monotonic() > deadline:
+                self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=1s")
+            time.sleep(1)
 
     def operator_kubeconfig(self) -> Path:
         """The chart's ServiceAccount token: the operator runs with exactly the chart's RBAC."""

@@ -99,17 +99,7 @@ def rendered(namespace: str, replicas: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def lws_crd(cluster: Cluster) -> Iterator[None]:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    # Right after the apply the CRD may have no conditions yet, which `kubectl wait` takes as an error.
-    eventually(
-        "the LeaderWorkerSet CRD established",
-        lambda: (
-            cluster.kubectl(
-                "wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=10s", check=False
-            ).returncode
-            == 0
-        ),
-        60,
-    )
+    cluster.wait_crd_established(CRD_NAME)
     yield
     cluster.kubectl("delete", "crd", CRD_NAME, "--timeout=60s", check=False)
 

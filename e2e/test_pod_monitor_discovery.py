@@ -75,7 +75,7 @@ def test_the_pod_monitor_crd_is_followed_while_running(
         )
 
         cluster.kubectl("apply", "-f", "-", input_text=json.dumps(POD_MONITOR_CRD))
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+        cluster.wait_crd_established(CRD_NAME)
         for name in ("before", "during"):
             if name == "during":
                 apply_service(cluster, namespace, name)

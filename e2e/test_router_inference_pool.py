@@ -53,7 +53,7 @@ def pool_operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
         60,
     )
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster.wait_crd_established(CRD_NAME)
     eventually(
         "the operator following the CRD",
         lambda: "InferencePool kind served" in proc.log.read_text(errors="replace"),
