@@ -84,13 +84,9 @@ class Demo:
             RELEASE_NS,
             "--create-namespace",
         )
-        # Right after Helm creates it the CRD can have no conditions yet, which `kubectl wait` takes as an
-        # error at once ("accessor error: <nil>"): retried, for a minute, then once more to fail with why.
-        deadline = time.monotonic() + 60
-        while not self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=10s", check=False):
-            if time.monotonic() > deadline:
-                self.kubectl("wait", "--for=condition=Established", CRD, "--timeout=1s")
-            time.sleep(1)
+        complaint = self.cluster.wait_crd_established(CRD.split("/", 1)[1])
+        if complaint is not None:
+            raise SystemExit(f"the LlamaService CRD was not established: {complaint}")
 
     def operator_kubeconfig(self) -> Path:
         """The chart's ServiceAccount token: the operator runs with exactly the chart's RBAC."""

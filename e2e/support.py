@@ -116,19 +116,10 @@ class Cluster:
         )
 
     def wait_crd_established(self, name: str, timeout: float = 60.0) -> None:
-        """`kubectl wait --for=condition=Established` on the CRD `name`, retried: right after its apply, on
-        a cluster started seconds before, a CRD can have no conditions yet, which `kubectl wait` takes as an
-        error at once ("accessor error: <nil>") instead of waiting."""
-        eventually(
-            f"the CRD {name} established",
-            lambda: (
-                self.kubectl(
-                    "wait", "--for=condition=Established", f"crd/{name}", "--timeout=10s", check=False
-                ).returncode
-                == 0
-            ),
-            timeout,
-        )
+        """The CRD `name` Established within `timeout` seconds (ClusterInfo.wait_crd_established)."""
+        complaint = self.info.wait_crd_established(name, timeout)
+        if complaint is not None:
+            pytest.fail(f"the CRD {name} not established after {timeout:.0f}s: {complaint}")
 
     def apply(self, manifest: dict[str, Any] | str, namespace: str) -> subprocess.CompletedProcess[str]:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,21 @@ class ClusterInfo:
             check=check,
             timeout=timeout,
         )
+
+    def wait_crd_established(self, name: str, timeout: float = 60.0) -> str | None:
+        """Wait until the CRD `name` is Established; None then, else kubectl's last complaint. Retried: right
+        after its apply, on a cluster started seconds before, a CRD can have no conditions yet, which
+        `kubectl wait` takes as an error at once ("accessor error: <nil>") instead of waiting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = self.kubectl(
+                "wait", "--for=condition=Established", f"crd/{name}", "--timeout=10s", check=False
+            )
+            if done.returncode == 0:
+                return None
+            if time.monotonic() > deadline:
+                return done.stderr.strip() or f"kubectl wait exited {done.returncode}"
+            time.sleep(1)
 
     def service_account_kubeconfig(
         self,

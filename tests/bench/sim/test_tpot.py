@@ -140,9 +140,7 @@ def test_ttft_windows_after_a_start_leave_the_earlier_minutes_out() -> None:
         TraceRequest(61.0 + i, 1000, 50) for i in range(5)
     ]
     result = run(Trace("two-minutes", tuple(requests)))
-    slow = result.requests[0]
-    slow.first_token_time = slow.arrival + 30.0
-    for request in result.requests[1:5]:
+    for request in result.requests[:5]:
         request.first_token_time = request.arrival + 20.0
     assert ttft_windows_within(result, 95.0, 1.0) == 1 / 2
     assert ttft_windows_within(result, 95.0, 1.0, from_seconds=60.0) == 1.0
