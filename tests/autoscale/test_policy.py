@@ -462,3 +462,43 @@ def test_replicas_are_sized_for_a_share_of_the_slo_tail() -> None:
         assert tight >= loose
     assert decide(SPEC, signals(rate=3.0, ttft=0.6), fresh_state(), 0.0).needed_replicas == 2
     assert decide(SPEC, signals(rate=3.0, ttft=0.6), fresh_state(), 0.0, at_slo_tail).needed_replicas == 1
+
+
+def _spike_then_quiet(spike: Signals) -> tuple[list[int], AutoscalerState]:
+    """Replicas decided at each 15 s evaluation of a quiet load (1 req/s, 2 replicas), after one
+    evaluation that saw `spike`; the replicas follow each decision at once."""
+    state = fresh_state().model_copy(update={"recommendations": [Recommendation(time=0.0, replicas=2)]})
+    ready, desired = 2, []
+    for now in range(600, 2400, 15):
+        observed = spike if now == 600 else signals(rate=1.0)
+        decision = decide(SPEC, replace(observed, ready_replicas=ready, current_replicas=ready), state, now)
+        state, ready = decision.state, decision.desired_replicas
+        desired.append(ready)
+    return desired, state
+
+
+def test_a_rise_the_queue_target_set_is_held_one_window_not_taken_as_a_burst() -> None:
+    # A 10 s spike leaves 24 waiting on 2 replicas at one scrape while the rate barely rose: the queue
+    # target sizes 24 / 4 = 6 replicas (KEDA's way). That count is held for the stabilization window,
+    # but a backlog is not a burst of load: the window is not stretched to three.
+    desired, _ = _spike_then_quiet(signals(rate=3.0, waiting=24))
+    assert desired[0] == 6
+    first_down = next(i for i, replicas in enumerate(desired) if replicas < 6)
+    assert 300 <= first_down * 15 < 400
+
+
+def test_a_rise_the_load_set_still_stretches_the_window() -> None:
+    # The same rise to 6 sized by the load's rate (48 req/s of 1000 tokens): a burst, held three windows.
+    desired, _ = _spike_then_quiet(signals(rate=48.0, ttft=3.0))
+    assert desired[0] == 6
+    first_down = next(i for i, replicas in enumerate(desired) if replicas < desired[0])
+    assert first_down * 15 >= 900
+
+
+def test_the_queue_mark_survives_the_status_round_trip() -> None:
+    decision = decide(SPEC, signals(rate=3.0, ready=2, waiting=24), fresh_state(), now=600.0)
+    assert decision.state.recommendations[-1].queued is True
+    wire = decision.state.to_wire()
+    assert AutoscalerState.model_validate(wire).recommendations[-1].queued is True
+    # Entries the load set stay as small on the wire as before.
+    assert set(Recommendation(time=600.0, replicas=2).to_wire()) == {"time", "replicas"}

@@ -39,6 +39,13 @@ class Recommendation(WireModel):
 
     time: Annotated[Time, Field(description="When it was recommended.")]
     replicas: Annotated[int, Field(description="Replicas recommended then.")]
+    queued: Annotated[
+        bool | None,
+        Field(
+            description="True when the queue-depth target set it (a backlog seen at one scrape): held for "
+            "the stabilization window, but not taken as a sign that the load comes in bursts."
+        ),
+    ] = None
 
 
 class ScalingDecision(WireModel):

@@ -494,7 +494,9 @@ class AutoscalingSpec(WireModel):
         Field(
             description="How long load must stay low before replicas are removed. After a burst (the "
             "needed replicas rising by 2 or more within 60s, within the last 6 windows) the autoscaler holds "
-            "3 windows instead: bursts recur, and a removed replica takes a cold start to come back.",
+            "3 windows instead: bursts recur, and a removed replica takes a cold start to come back. A rise "
+            "set by queueDepthPerReplica alone (a backlog at one scrape) is held one window, not taken as a "
+            "burst.",
             ge=0,
             le=3600,
         ),

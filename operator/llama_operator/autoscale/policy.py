@@ -131,6 +131,7 @@ class _Need:
     replicas: int
     why: str
     burst: bool = False  # sized from the burst window: taken at once, no confirmation
+    queued: bool = False  # sized by the queue-depth target (Recommendation.queued)
 
 
 def decide(
@@ -253,7 +254,9 @@ def _serve(
             need = burst.need
 
     recommended = min(max(need.replicas, low), high)
-    history = _history(spec, state, recommended, current=current, now=now, tuning=tuning)
+    history = _history(
+        spec, state, recommended, current=current, now=now, tuning=tuning, queued=need.queued
+    )
     window = _stabilization_window(history, now, spec, tuning)
     stabilized = _highest_since(history, now - window)
     limited = need.replicas > high
@@ -378,6 +381,7 @@ def _history(
     current: int,
     now: float,
     tuning: PolicyTuning,
+    queued: bool = False,
 ) -> list[Recommendation]:
     """The recommendations with this one remembered. No history (autoscaling just enabled, or state lost):
     the stabilization window starts now, with the count the autoscaler last decided (else the replicas
@@ -385,7 +389,7 @@ def _history(
     scale is not taken as demand."""
     running = _own_count(spec, state, current)
     seed = [Recommendation(time=now, replicas=running)] if recommended < running else []
-    return _remember(state.recommendations or seed, now, recommended, spec, tuning)
+    return _remember(state.recommendations or seed, now, recommended, spec, tuning, queued=queued)
 
 
 def _observe_burst(
@@ -598,7 +602,13 @@ def _at_zero(spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, no
 
 
 def _remember(
-    history: list[Recommendation], now: float, replicas: int, spec: AutoscalingSpec, tuning: PolicyTuning
+    history: list[Recommendation],
+    now: float,
+    replicas: int,
+    spec: AutoscalingSpec,
+    tuning: PolicyTuning,
+    *,
+    queued: bool = False,
 ) -> list[Recommendation]:
     """Recommendations as change points (a new entry only when the value changes), kept for the longest
     window the policy may use, plus the one in force at its start. Keeps the CR status small."""
@@ -610,7 +620,7 @@ def _remember(
     if older:
         kept.insert(0, older[-1])
     if not kept or kept[-1].replicas != replicas:
-        kept.append(Recommendation(time=now, replicas=replicas))
+        kept.append(Recommendation(time=now, replicas=replicas, queued=queued or None))
     return kept
 
 
@@ -691,7 +701,10 @@ def _stabilization_window(
     """The spec's window, stretched when the load has come in bursts: when the need rose sharply (by
     `burst_rise` replicas at once, `burst_count` times) within the burst memory, replicas are held
     through the longer window, since the next burst is likely and a replica takes a cold start to
-    come back."""
+    come back. A rise the queue-depth target set does not count: a backlog read at one scrape sizes the
+    replicas by the requests waiting (KEDA's way), not by the rate they arrive at, so a short spike reads
+    as a rise of several replicas, and holding that count for three windows held replicas no load had
+    asked for (compressed-day-gaps: 2 -> 6 on a 10 s spike, 6 held for 15 minutes)."""
     base = float(spec.scale_down_stabilization_seconds)
     memory = base * tuning.burst_memory_factor
     rises = sum(
@@ -699,6 +712,7 @@ def _stabilization_window(
         for index, current in enumerate(history)
         if index > 0
         and now - current.time <= memory
+        and not current.queued
         and current.replicas >= _lowest_before(history, index, tuning.burst_rise_seconds) + tuning.burst_rise
     )
     return base * tuning.burst_window_factor if rises >= tuning.burst_count else base
@@ -951,6 +965,7 @@ def _needed_replicas(
             _Need(
                 by_queue,
                 f"{queue_per_replica:.1f} waiting per ready replica > target {slo.queue_depth_per_replica:g}",
+                queued=True,
             )
         )
 
