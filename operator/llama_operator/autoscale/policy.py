@@ -254,9 +254,7 @@ def _serve(
             need = burst.need
 
     recommended = min(max(need.replicas, low), high)
-    history = _history(
-        spec, state, recommended, current=current, now=now, tuning=tuning, queued=need.queued
-    )
+    history = _history(spec, state, recommended, current=current, now=now, tuning=tuning, queued=need.queued)
     window = _stabilization_window(history, now, spec, tuning)
     stabilized = _highest_since(history, now - window)
     limited = need.replicas > high
