@@ -502,3 +502,40 @@ def test_the_queue_mark_survives_the_status_round_trip() -> None:
     assert AutoscalerState.model_validate(wire).recommendations[-1].queued is True
     # Entries the load set stay as small on the wire as before.
     assert set(Recommendation(time=600.0, replicas=2).to_wire()) == {"time", "replicas"}
+
+
+def test_a_rise_held_as_noise_is_not_taken_as_a_burst() -> None:
+    # The need dipped to 1 at 960 s, and at 1000 s one evaluation reads 14 req/s: 3 replicas, a rise of
+    # two on the dip within 60 s, but one above the 2 there and within the window's noise, so it is held.
+    history = [Recommendation(time=0.0, replicas=2), Recommendation(time=960.0, replicas=1)]
+    state = fresh_state().model_copy(update={"recommendations": history})
+    held = decide(SPEC, signals(rate=14.0, ready=2), state, now=1000.0)
+    assert held.desired_replicas == 2, held.reason
+    assert held.state.recommendations[-1].replicas == 3
+    assert held.state.recommendations[-1].confirming is True
+    # The load falls back: the replica is removed after one window, not held for three as after a burst.
+    state, ready, first_down = held.state, 2, None
+    for now in range(1005, 2400, 15):
+        quiet = replace(signals(rate=1.0), ready_replicas=ready, current_replicas=ready)
+        decision = decide(SPEC, quiet, state, float(now))
+        if decision.desired_replicas < ready and first_down is None:
+            first_down = now
+        state, ready = decision.state, decision.desired_replicas
+    assert first_down is not None and first_down < 1000 + 2 * SPEC.scale_down_stabilization_seconds
+
+
+def test_a_replica_added_back_soon_after_a_scale_down_waits_for_confirmation() -> None:
+    # 18 req/s on 2 replicas: one more, beyond the Poisson noise of the arrivals: taken at once...
+    load = signals(rate=18.0, ready=2)
+    history = {"recommendations": [Recommendation(time=0.0, replicas=2)]}
+    assert decide(SPEC, load, fresh_state().model_copy(update=history), now=1000.0).desired_replicas == 3
+    # ... but 100 s after a scale-down (scaleDownIntervalSeconds: 300) it is held until it has lasted 30 s,
+    just_down = fresh_state().model_copy(update={**history, "last_scale_down_time": 900.0})
+    first = decide(SPEC, load, just_down, now=1000.0)
+    assert first.desired_replicas == 2
+    assert "taken once it has held 30s" in first.reason
+    assert decide(SPEC, load, first.state, now=1015.0).desired_replicas == 2
+    assert decide(SPEC, load, first.state, now=1030.0).desired_replicas == 3
+    # and a broken SLO still acts at once.
+    broken = decide(SPEC, signals(rate=18.0, ready=2, ttft=1.5), just_down, now=1000.0)
+    assert broken.desired_replicas >= 3

@@ -46,6 +46,13 @@ class Recommendation(WireModel):
             "the stabilization window, but not taken as a sign that the load comes in bursts."
         ),
     ] = None
+    confirming: Annotated[
+        bool | None,
+        Field(
+            description="True when it was a rise within the rate window's noise, held until it had lasted "
+            "(a replica's worth of noise, not a burst): not taken as a sign that the load comes in bursts."
+        ),
+    ] = None
 
 
 class ScalingDecision(WireModel):

@@ -495,8 +495,8 @@ class AutoscalingSpec(WireModel):
             description="How long load must stay low before replicas are removed. After a burst (the "
             "needed replicas rising by 2 or more within 60s, within the last 6 windows) the autoscaler holds "
             "3 windows instead: bursts recur, and a removed replica takes a cold start to come back. A rise "
-            "set by queueDepthPerReplica alone (a backlog at one scrape) is held one window, not taken as a "
-            "burst.",
+            "set by queueDepthPerReplica alone (a backlog at one scrape), or a one-replica rise within the "
+            "load's noise, is held one window, not taken as a burst.",
             ge=0,
             le=3600,
         ),
@@ -505,7 +505,9 @@ class AutoscalingSpec(WireModel):
         int,
         Field(
             description="Least time between two scale-downs: replicas come off in steps (each removing at "
-            "most half of them), and the SLO is watched under the smaller fleet before the next step.",
+            "most half of them), and the SLO is watched under the smaller fleet before the next step. Within "
+            "it, a replica is added back only once the need for it has held 30s, or at once when the SLO "
+            "breaks or the queue passes its target.",
             ge=0,
             le=3600,
         ),

@@ -273,12 +273,16 @@ def _serve(
             capacity=capacity,
             spec=spec,
             tuning=tuning,
+            last_down=state.last_scale_down_time,
         )
     ):
         reason = (
             f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
             f"{tuning.scale_up_confirm_seconds:.0f}s"
         )
+        if history[-1].time == now:
+            # A rise this evaluation set, and held as noise: not evidence of a burst (`_stabilization_window`).
+            history[-1] = history[-1].model_copy(update={"confirming": True})
     elif recommended > current:
         desired, reason = recommended, f"scale up {current} -> {recommended}: {need.why}"
     elif recommended < current and burst.floor >= current and burst.need is not None:
@@ -632,6 +636,7 @@ def _unconfirmed(
     capacity: float | None,
     spec: AutoscalingSpec,
     tuning: PolicyTuning,
+    last_down: float | None = None,
 ) -> bool:
     """A small rise of the need that the rate window's own noise could explain, not yet held for
     `scale_up_confirm_seconds` (see PolicyTuning); never while the SLO is broken or the queue is over its
@@ -643,7 +648,13 @@ def _unconfirmed(
     if _queue_per_replica(signals) > spec.slo.queue_depth_per_replica:
         return False
     rate, window = signals.request_rate, signals.window_seconds
-    if capacity is not None and rate > 0 and window > 0 and signals.prompt_token_rate > 0:
+    # Within scaleDownIntervalSeconds of a scale-down, the smaller fleet is on watch: the scale-down found
+    # the whole stabilization window needing fewer, so a rise of one replica back is most likely the
+    # window's own noise, and the Poisson test below counts arrivals only, not the prompt sizes that swing
+    # the token rate as much (pareto-prompts: 2 -> 3 at once, 90 s after 3 -> 2, twice). It is taken once
+    # it has held; a broken SLO or a queue over target still acts at once (above).
+    just_down = last_down is not None and 0 <= now - last_down < spec.scale_down_interval_seconds
+    if not just_down and capacity is not None and rate > 0 and window > 0 and signals.prompt_token_rate > 0:
         lower = rate - tuning.confirm_noise_sigmas * math.sqrt(rate / window)
         # At or below zero the noise explains the whole rate: no beyond-the-noise test, only the hold.
         if lower > 0:
@@ -702,7 +713,9 @@ def _stabilization_window(
     come back. A rise the queue-depth target set does not count: a backlog read at one scrape sizes the
     replicas by the requests waiting (KEDA's way), not by the rate they arrive at, so a short spike reads
     as a rise of several replicas, and holding that count for three windows held replicas no load had
-    asked for (compressed-day-gaps: 2 -> 6 on a 10 s spike, 6 held for 15 minutes)."""
+    asked for (compressed-day-gaps: 2 -> 6 on a 10 s spike, 6 held for 15 minutes). Nor does a rise held
+    as noise (`_unconfirmed`): one evaluation's need a replica above the replicas there, beside a dip a
+    minute before, read as a rise of two (conversation: 3 held for 15 minutes on a need of 2)."""
     base = float(spec.scale_down_stabilization_seconds)
     memory = base * tuning.burst_memory_factor
     rises = sum(
@@ -711,6 +724,7 @@ def _stabilization_window(
         if index > 0
         and now - current.time <= memory
         and not current.queued
+        and not current.confirming
         and current.replicas >= _lowest_before(history, index, tuning.burst_rise_seconds) + tuning.burst_rise
     )
     return base * tuning.burst_window_factor if rises >= tuning.burst_count else base
