@@ -38,10 +38,9 @@ __all__ = ["CATALOG_FACTORS", "Factors", "Hardware", "calibrated_step_model"]
 # How far the prior lets each unknown (t0, 1/eta, 1/mu) move before data outweigh it: relative standard
 # deviations. The efficiencies: the design brief's ranges (eta 0.5-0.8, mu ~0.4) are narrower, but hardware
 # off the data sheet by 30 % in either direction must still be reachable. The fixed time per step is the
-# host's and vLLM's (scheduling, sampling, launches), not the GPU data sheet's: the brief's 3-5 ms, one
-# standard deviation of 1 ms around the catalog's 4. Held that close, it no longer soaks up a slower
-# bandwidth (the two are nearly collinear at a steady batch): at 0.7x the fitted eta is within 3 % of the
-# truth, not 7 %, and t0 within 13 %, not 32 % (make bench-calibration).
+# host's and vLLM's (scheduling, sampling, launches), not the GPU's: the brief's 3-5 ms, held that close so
+# that it does not soak up a slower or faster bandwidth, with which it is nearly collinear at a steady
+# batch (docs/bench/calibration.md).
 PRIOR_RELATIVE_SPREADS = (0.25, 0.5, 0.5)
 # A mean inter-token interval over a minute is an average of thousands of steps, but the context and
 # the chunk it is set against are estimated: ~5 % relative noise per observation.
