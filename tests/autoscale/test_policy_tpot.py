@@ -3,6 +3,8 @@ and a breach of either objective."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
@@ -86,9 +88,11 @@ def test_a_replica_decodes_no_more_sequences_than_its_max_num_seqs() -> None:
     capped = decide(SPEC, s, capped_state, now=1000.0)
     assert capped.needed_replicas == fewest_replicas(7200.0, 24 * 500.0, context, allowed // 4)
     assert free is not None and capped.needed_replicas is not None and capped.needed_replicas > free
-    # A max-num-seqs above the allowed batch changes nothing.
+    # A max-num-seqs above the allowed batch changes nothing (the steps' token budget aside, which
+    # `test_steps_carrying_a_prompt_chunk_over_the_objective_are_kept_to_the_percentiles_tail` covers).
     roomy = state().model_copy(update={"max_num_seqs": allowed + 8})
-    assert decide(SPEC, s, roomy, now=1000.0).needed_replicas == free
+    unbudgeted = replace(DEFAULT_TUNING, chunk_step_margin=2.0)
+    assert decide(SPEC, s, roomy, now=1000.0, tuning=unbudgeted).needed_replicas == free
 
 
 def test_a_pause_in_arrivals_during_long_answers_is_not_read_as_enormous_contexts() -> None:
@@ -136,3 +140,48 @@ def test_tpot_alone_is_judged_when_no_first_token_was_seen() -> None:
     s = signals(rate=1.0, tpot=0.04)
     quiet = Signals(**{**{f: getattr(s, f) for f in s.__slots__}, "ttft_percentile_seconds": None})
     assert decide(SPEC, quiet, state(), now=1000.0).slo_met is True
+
+
+def test_steps_carrying_a_prompt_chunk_over_the_objective_are_kept_to_the_percentiles_tail() -> None:
+    """Hardware 30 % slower than the plan thought: a step beside a small batch carries nearly the whole
+    --max-num-batched-tokens of prompt (240 here, 64 sequences) and takes ~51 ms, over a 50 ms TPOT at any
+    batch. Sized by the batch alone, 3 replicas decode the output within it; but at 10 replicas 7 % of
+    the tokens come out of those steps, and they set the percentile. The replicas are the fewest that keep
+    them under half the tail (2.5 % for p95): 26."""
+    slow = StepModel(
+        weight_read_seconds=0.0187, seconds_per_context_token=1.95e-7, seconds_per_prefill_token=1.358e-4
+    )
+    slow_state = state().model_copy(
+        update={
+            "decode_step_seconds": slow.weight_read_seconds,
+            "decode_seconds_per_context_token": slow.seconds_per_context_token,
+            "prefill_seconds_per_token": slow.seconds_per_prefill_token,
+            "chunk_tokens": 240 - 64,
+            "max_num_seqs": 64,
+            "kv_cache_tokens": None,
+        }
+    )
+    s = signals(rate=6.0, prompt=1300.0, output=250.0, ready=10)  # 7,800 prompt tok/s, 1,500 output tok/s
+    context = 1300 + 250 / 2
+    roomy = AutoscalingSpec(min_replicas=1, max_replicas=60, slo=SPEC.slo)
+    decision = decide(roomy, s, slow_state, now=1000.0)
+    by_share = next(
+        n
+        for n in range(1, 100)
+        if slow.chunk_step_token_share(max(1, -(-6 // n)), context, 240, 7800.0 / n) <= 0.025
+    )
+    by_batch = next(
+        n
+        for n in range(1, 100)
+        if n
+        * slow.decode_tokens_per_second(TPOT, 0, context, 64, 7800.0 / n)
+        * DEFAULT_TUNING.max_utilization
+        >= 1500.0
+    )
+    assert decision.needed_replicas == by_share > by_batch
+    assert "a step carrying a prompt chunk takes ~51ms against TPOT 0.05s" in decision.reason
+    # The same load on the plan's hardware: such a step is ~32 ms, and the batch alone sizes decode.
+    fast = state().model_copy(update={"chunk_tokens": 240 - 64, "max_num_seqs": 64})
+    fast_decision = decide(roomy, s, fast, now=1000.0)
+    assert fast_decision.needed_replicas is not None and fast_decision.needed_replicas < by_share
+    assert "prompt chunk" not in fast_decision.reason

@@ -92,6 +92,22 @@ class StepModel:
         0 when not even one does. The planner caps max-num-seqs here; the policy sizes decode by it."""
         return self.max_batch(tpot_seconds - chunk * self.seconds_per_chunk_token, mean_context)
 
+    def chunk_step_token_share(
+        self, batch: int, mean_context: float, token_budget: int, prompt_tokens_per_second: float
+    ) -> float:
+        """The share of a replica's output tokens that come out of steps carrying a prompt chunk, when it
+        prefills `prompt_tokens_per_second`. vLLM fills each step's `token_budget`
+        (--max-num-batched-tokens) with the `batch` decodes first and prompt tokens after, so a step beside
+        a small batch carries nearly the whole budget of prompt: where such a step is longer than the TPOT
+        objective, this share of the tokens sees an interval over it, whatever the batch."""
+        chunk = max(token_budget - batch, 1)
+        chunk_steps = prompt_tokens_per_second / chunk  # per second
+        busy = chunk_steps * self.step_seconds(batch, mean_context, chunk)
+        if busy >= 1.0:
+            return 1.0
+        decode_steps = (1.0 - busy) / self.step_seconds(batch, mean_context)
+        return chunk_steps / (chunk_steps + decode_steps) if chunk_steps > 0 else 0.0
+
     def decode_tokens_per_second(
         self,
         tpot_seconds: float,
