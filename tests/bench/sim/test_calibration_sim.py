@@ -4,11 +4,24 @@ step model is the hardware's (the full comparison with the exact figures: `make 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from llama_bench.sim.calibration_bench import run_speed, truth
+from llama_bench.sim.calibration_bench import SCENARIO, on_hardware, run_speed, truth
+from llama_bench.sim.fleet import simulate
+from llama_bench.sim.oracle import FixedReplicas
+from llama_bench.sim.scenario import ScenarioRunner
+from llama_bench.sim.tracegen import Lengths, TraceSpec, generate
+from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG
-from llama_operator.catalog.performance import CATALOG_FACTORS, Hardware, calibrated_step_model
+from llama_operator.catalog.performance import (
+    CATALOG_FACTORS,
+    STEP_OVERHEAD_SECONDS,
+    Hardware,
+    StepModel,
+    calibrated_step_model,
+)
 
 T4 = BUILTIN_CATALOG.get("t4")
 LLAMA_1B_ON_T4 = Hardware(
@@ -62,3 +75,24 @@ def test_on_slower_hardware_the_calibrated_policy_holds_tpot_as_the_exact_one_do
         assert run.settled_tpot_windows == 1.0, run.arm
         assert run.settled_ttft_windows == 1.0, run.arm
     assert runs["calibrated"].summary.gpu_hours == pytest.approx(runs["exact"].summary.gpu_hours, rel=0.1)
+
+
+@pytest.mark.parametrize("rate", [0.5, 1.0])
+def test_the_share_of_tokens_from_chunk_carrying_steps_is_the_simulated_engines(rate: float) -> None:
+    """One replica at 0.7x, its plan's 240-token step budget: a step beside a small batch takes ~51 ms,
+    over a 50 ms TPOT, and a decode-only step ~19 ms, so the tokens over 50 ms in the engine's
+    vllm:inter_token_latency_seconds are those of chunk-carrying steps. The policy's estimate of their
+    share (StepModel.chunk_step_token_share) is within 15 % of what the engine gives."""
+    spec = TraceSpec("steady", 1, 10, rate, Lengths("lognormal", 1300, 0.3), Lengths("lognormal", 250, 0.3))
+    trace = generate(spec)
+    runner = ScenarioRunner(SCENARIO, trace)
+    profile = on_hardware(runner.config.profile, 0.7, STEP_OVERHEAD_SECONDS)
+    result = simulate(trace, FixedReplicas(1), replace(runner.config, profile=profile))
+    counts = result.snapshots[-1].itl_bucket_counts
+    over = sum(counts[VLLM_ITL_BUCKETS.index(0.05) + 1 :]) / sum(counts)
+    steps = StepModel(
+        profile.step_base_seconds, profile.seconds_per_context_token, profile.seconds_per_prefill_token
+    )
+    assert steps.step_seconds(1, 1425, 239) > 0.05 > steps.step_seconds(8, 1425)
+    prompt_rate = sum(r.prompt_tokens for r in trace.requests) / trace.duration
+    assert steps.chunk_step_token_share(2, 1300 + 250 / 2, 240, prompt_rate) == pytest.approx(over, rel=0.15)
