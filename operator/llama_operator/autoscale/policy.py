@@ -825,9 +825,9 @@ def _replicas_by_decode(
     context = _decode_context(signals, state)
     budget = (state.chunk_tokens or 0) + (state.max_num_seqs or 0)  # --max-num-batched-tokens
     objective = slo.tpot_seconds or 0.0
-    chunk_steps_over = (
-        budget > 1 and steps.step_seconds(1, context, budget - 1) > objective * tuning.chunk_step_margin
-    )
+    # A step with a prompt chunk beside one sequence: the most prompt a step carries.
+    chunk_step = steps.step_seconds(1, context, budget - 1) if budget > 1 else 0.0
+    chunk_steps_over = chunk_step > objective * tuning.chunk_step_margin
 
     def per_replica(replicas: int) -> float:
         # Each replica prefills its share of the prompts too, which takes from its decoding time. Where a
@@ -867,7 +867,7 @@ def _replicas_by_decode(
         if by_share > replicas:
             replicas = by_share
             why = (
-                f"a step carrying a prompt chunk takes ~{steps.step_seconds(1, context, budget - 1) * 1000:.0f}ms "
+                f"a step carrying a prompt chunk takes ~{chunk_step * 1000:.0f}ms "
                 f"against TPOT {slo.tpot_seconds:g}s: {signals.prompt_token_rate:.0f} prompt tok/s need {replicas} "
                 f"replicas to keep the tokens of such steps under {tail:.1%}"
             )
