@@ -107,8 +107,10 @@ def test_every_hardware_constant_is_defined_once_in_the_runtime_model() -> None:
 # The platform's configuration of an accelerator (config.accelerators) is input, not a second model: the
 # catalog turns it into its own Accelerator (catalog.accelerators.configured_accelerator).
 # Likewise status.autoscaling.state.stepCalibration reports the calibrated factors beside the catalog's
-# (autoscale.calibration fills it from catalog.performance): a report, not a definition.
+# (autoscale.calibration fills it from catalog.performance): a report, not a definition; and
+# status.plan.measuredSteps records which of those measured factors the engine was planned with.
 CONFIGURATION_SCHEMAS = {
+    "llama_operator.api.plan": {"MeasuredSteps.bandwidth_efficiency", "MeasuredSteps.compute_efficiency"},
     "llama_operator.api.settings": {"AcceleratorSettings.bandwidth_gbps", "AcceleratorSettings.fp16_tflops"},
     "llama_operator.api.autoscaling": {
         "StepCalibration.bandwidth_efficiency",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from llama_operator.api.plan import Plan
+from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
 from llama_operator.catalog.accelerators import ACCELERATORS as CATALOG
 from llama_operator.planning.planner import (
@@ -89,9 +89,14 @@ class ReplicaProfile:
         )
 
 
-def planned_engine(accelerator: str, model: str, autoscaling: AutoscalingSpec | None = None) -> Plan:
-    """The operator's plan for `model` on `accelerator` (simulator names); ValueError when a name is
-    unknown or the model does not fit."""
+def planned_engine(
+    accelerator: str,
+    model: str,
+    autoscaling: AutoscalingSpec | None = None,
+    measured_steps: MeasuredSteps | None = None,
+) -> Plan:
+    """The operator's plan for `model` on `accelerator` (simulator names), with `measured_steps`' factors
+    where given (reconcile/engine.py); ValueError when a name is unknown or the model does not fit."""
     if accelerator not in ACCELERATORS:
         raise ValueError(f"unknown accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
     if model not in MODELS:
@@ -100,7 +105,12 @@ def planned_engine(accelerator: str, model: str, autoscaling: AutoscalingSpec | 
     if autoscaling is not None:
         spec["autoscaling"] = autoscaling.to_wire()
     try:
-        return plan_service(LlamaServiceSpec.model_validate(spec), name="sim", config=PlanningConfig())
+        return plan_service(
+            LlamaServiceSpec.model_validate(spec),
+            name="sim",
+            config=PlanningConfig(),
+            measured=measured_steps,
+        )
     except PlanningError as err:
         raise ValueError(f"{model} does not fit on {accelerator}: {err}") from None
 

@@ -3,6 +3,7 @@ catalog says, scaled by our policy that starts from the catalog's figures and ca
 fleet's own vLLM series (autoscale/calibration.py), against the same policy given the exact figures.
 
     python -m llama_bench.sim.calibration_bench [--traces NAME ...] [--minutes M] [--speeds S ...]
+        [--arms exact calibrated fixed-engine]
 
 `make bench-calibration` runs it; the table goes in docs/bench/calibration.md.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from llama_bench.sim.accelerators import ReplicaProfile
@@ -20,7 +21,7 @@ from llama_bench.sim.policies import SloPolicy
 from llama_bench.sim.report import RunSummary, itl_windows_within, summarize, ttft_windows_within
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.tracegen import head, load_named
-from llama_operator.api.plan import Plan
+from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
     EAGER_STEP_OVERHEAD_SECONDS,
@@ -30,6 +31,7 @@ from llama_operator.catalog.performance import (
 
 DEFAULT_TRACES = ("poisson-steady", "diurnal-compressed", "long-outputs")
 DEFAULT_SPEEDS = (0.7, 1.3)
+ARMS = ("exact", "calibrated", "fixed-engine")
 # The issue's test: "after the calibration period, the targets hold as they do with exact parameters". The
 # windows are reported over the whole run and again from this time on (both arms alike).
 CALIBRATION_PERIOD_SECONDS = 600.0
@@ -69,6 +71,34 @@ def exact_plan(plan: Plan, speed: float) -> Plan:
     )
 
 
+def planned_for(plan: Plan, speed: float, scenario: Scenario = SCENARIO) -> Plan:
+    """The plan a planner that knew the hardware would write, under the operator's rule for an engine
+    planned for measured hardware (reconcile/engine.py): planned with the true factors where that gives a
+    larger engine than the catalog's, else the catalog's engine with the true step figures."""
+    fitted = truth(speed)
+    measured = scenario.plan(
+        MeasuredSteps(
+            bandwidth_efficiency=min(1.0, fitted.bandwidth_efficiency),
+            compute_efficiency=min(1.0, fitted.compute_efficiency),
+            step_overhead_seconds=fitted.step_overhead_seconds,
+            accelerator=plan.display_name,
+            adopted_at=0.0,
+        )
+    )
+    if measured is None or measured.max_num_batched_tokens <= plan.max_num_batched_tokens:
+        return exact_plan(plan, speed)
+    return measured
+
+
+def _planner(scenario: Scenario) -> Callable[[MeasuredSteps | None], Plan]:
+    def plan_with(measured: MeasuredSteps | None) -> Plan:
+        plan = scenario.plan(measured)
+        assert plan is not None  # a catalog accelerator: the planner's engine
+        return plan
+
+    return plan_with
+
+
 def truth(speed: float) -> Factors:
     return Factors(
         bandwidth_efficiency=CATALOG_FACTORS.bandwidth_efficiency * speed,
@@ -81,12 +111,20 @@ def truth(speed: float) -> Factors:
 class CalibrationRun:
     trace: str
     speed: float
-    arm: str  # "exact" (the plan knows the hardware) or "calibrated" (the catalog's, then calibrated)
+    # "exact" (the plan knows the hardware), "calibrated" (the catalog's plan, calibrated, and its engine
+    # re-planned for the measured hardware as the operator does) or "fixed-engine" (calibrated, but the
+    # engine kept as the catalog planned it: the operator before reconcile/engine.py)
+    arm: str
     summary: RunSummary
     fitted: Factors | None  # the policy's calibrated factors at the end; None without any
     # TTFT and TPOT windows within the SLO from CALIBRATION_PERIOD_SECONDS on (TPOT: None without one)
     settled_ttft_windows: float = 1.0
     settled_tpot_windows: float | None = None
+    # What a perfect fit would read: the truth where the plan's basis is the catalog's or was planned with
+    # the true factors; the catalog's where the exact plan already holds the hardware in its step figures.
+    reference: Factors = CATALOG_FACTORS
+    replans: int = 0  # engines the operator re-planned for the measured hardware during the run
+    final_budget: int = 0  # the engine's --max-num-batched-tokens at the end
 
 
 def run_speed(
@@ -105,11 +143,24 @@ def run_speed(
     config = replace(runner.config, profile=on_hardware(runner.config.profile, speed, _overhead(plan)))
     spec = scenario.spec()
     runs: list[CalibrationRun] = []
-    plans = {"exact": exact_plan(plan, speed), "calibrated": plan}
+    plans = {"exact": planned_for(plan, speed, scenario), "calibrated": plan, "fixed-engine": plan}
     for arm in arms:
         arm_plan = plans[arm]
-        policy = SloPolicy(spec, capacity_prior=arm_plan.prefill_tokens_per_second, plan=arm_plan, name=arm)
-        result = simulate(trace, policy, config, initial=runner.opening_replicas(policy))
+        engine = replace(
+            config.profile,
+            max_num_batched_tokens=arm_plan.max_num_batched_tokens,
+            max_num_seqs=arm_plan.max_num_seqs,
+        )
+        policy = SloPolicy(
+            spec,
+            capacity_prior=arm_plan.prefill_tokens_per_second,
+            plan=arm_plan,
+            name=arm,
+            replan=_planner(scenario) if arm == "calibrated" else None,
+        )
+        result = simulate(
+            trace, policy, replace(config, profile=engine), initial=runner.opening_replicas(policy)
+        )
         summary = summarize(result, scenario.slo_ttft_seconds, scenario.percentile, scenario.slo_tpot_seconds)
         calibration = policy.state.step_calibration
         fitted = (
@@ -128,7 +179,22 @@ def run_speed(
             else itl_windows_within(result.snapshots, scenario.percentile, scenario.slo_tpot_seconds, after)
         )
         settled_ttft = ttft_windows_within(result, scenario.percentile, scenario.slo_ttft_seconds, after)
-        runs.append(CalibrationRun(trace_name, speed, arm, summary, fitted, settled_ttft, settled_tpot))
+        final = policy.plan or arm_plan
+        reference = CATALOG_FACTORS if arm == "exact" and final.measured_steps is None else truth(speed)
+        runs.append(
+            CalibrationRun(
+                trace_name,
+                speed,
+                arm,
+                summary,
+                fitted,
+                settled_ttft,
+                settled_tpot,
+                reference=reference,
+                replans=len(policy.replans),
+                final_budget=final.max_num_batched_tokens,
+            )
+        )
     return runs
 
 
@@ -136,19 +202,25 @@ def _error(fitted: float, true: float) -> str:
     return f"{(fitted / true - 1) * 100:+.0f} %"
 
 
+def _engine_words(run: CalibrationRun) -> str:
+    if run.replans:
+        return f"{run.final_budget} (re-planned x{run.replans})"
+    return str(run.final_budget)
+
+
 def table(runs: Sequence[CalibrationRun]) -> str:
     lines = [
         "| trace | hardware | policy | TTFT windows | requests in TTFT | TPOT windows | TTFT windows after "
         f"{CALIBRATION_PERIOD_SECONDS / 60:g} min | TPOT windows after {CALIBRATION_PERIOD_SECONDS / 60:g} min "
-        "| GPU-h | eta (err) | mu (err) | t0 ms (err) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU-h | engine (budget) | eta (err) | mu (err) | t0 ms (err) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         s = run.summary
         fit = "| - | - | - |"
         if run.fitted is not None:
             # The exact plan's basis already holds the hardware: its own figures are the catalog's factors.
-            true = truth(run.speed) if run.arm == "calibrated" else CATALOG_FACTORS
+            true = run.reference
             fit = (
                 f"| {run.fitted.bandwidth_efficiency:.3f} ({_error(run.fitted.bandwidth_efficiency, true.bandwidth_efficiency)}) "
                 f"| {run.fitted.compute_efficiency:.3f} ({_error(run.fitted.compute_efficiency, true.compute_efficiency)}) "
@@ -159,7 +231,7 @@ def table(runs: Sequence[CalibrationRun]) -> str:
         lines.append(
             f"| {run.trace} | {run.speed:g}x | {run.arm} | {s.windows_within_slo * 100:.1f} % "
             f"| {s.requests_within_slo * 100:.2f} % | {tpot} | {run.settled_ttft_windows * 100:.1f} % | {settled} "
-            f"| {s.gpu_hours:.2f} {fit}"
+            f"| {s.gpu_hours:.2f} | {_engine_words(run)} {fit}"
         )
     return "\n".join(lines)
 
@@ -169,11 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--traces", nargs="+", default=list(DEFAULT_TRACES))
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--speeds", nargs="+", type=float, default=list(DEFAULT_SPEEDS))
+    parser.add_argument("--arms", nargs="+", default=["exact", "calibrated"], choices=ARMS)
     args = parser.parse_args(argv)
     runs: list[CalibrationRun] = []
     for name in args.traces:
         for speed in args.speeds:
-            runs.extend(run_speed(name, args.minutes, speed))
+            runs.extend(run_speed(name, args.minutes, speed, arms=args.arms))
             print(f"done: {name} at {speed:g}x", file=sys.stderr, flush=True)
     print(
         f"T4, Llama 3.2 1B, TTFT p{SCENARIO.percentile:g} <= {SCENARIO.slo_ttft_seconds:g} s, TPOT <= "

@@ -15,7 +15,13 @@ clock runs; vLLM's own TTFT histogram starts when the request is forwarded), rep
 it holds to the policy at each evaluation (`Signals.demand_time`, with `activator_available`), hands what
 it holds to the first replica that becomes ready, and answers 503 to a request held longer than the
 activation timeout. The policy may then remove the last replica; at zero the fleet costs nothing and the
-policy sees no metrics, as the operator would."""
+policy sees no metrics, as the operator would.
+
+A new engine (an `EnginePlanning` policy's flags changed: the operator re-planned the engine for the
+hardware it measured, reconcile/engine.py) rolls out as the operator's Deployment does (maxSurge 1,
+maxUnavailable 0): replicas added from then on run it, and each replica on the old engine is replaced
+one at a time, the new one starting first (its cold start costs GPU time like any other) and the old one
+draining once it is ready, still serving meanwhile."""
 
 from __future__ import annotations
 
@@ -24,8 +30,8 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 from llama_bench.sim.accelerators import ReplicaProfile
 from llama_bench.sim.metrics import (
@@ -59,6 +65,14 @@ def affinity_key(prefix_blocks: tuple[int, ...]) -> int | None:
     key = ((key ^ (key >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     key = ((key ^ (key >> 27)) * 0x94D049BB133111EB) & _MASK64
     return key ^ (key >> 31)
+
+
+@runtime_checkable
+class EnginePlanning(Protocol):
+    """A policy whose service's engine may be re-planned while it runs (the operator's, with its
+    reconciler): the engine flags its replicas should run now."""
+
+    def engine_flags(self) -> tuple[int, int] | None: ...  # (max-num-batched-tokens, max-num-seqs)
 
 
 class SimPolicy(Protocol):
@@ -148,6 +162,9 @@ class Fleet:
         self.held: list[SimRequest] = []
         self.dropped: list[SimRequest] = []
         self._turn = 0  # round robin's next ready replica
+        self.profile = config.profile  # the engine new replicas run (a rollout changes it)
+        # Rollout: the replica starting in place of an old-engine one, and that one (serving until then).
+        self._surge: tuple[Replica, Replica] | None = None
         for _ in range(max(1, initial)):
             self.replicas.append(Replica(len(self.replicas), config.profile, 0.0, 0.0))
 
@@ -156,7 +173,13 @@ class Fleet:
         return [r for r in self.replicas if r.phase is Phase.READY]
 
     def live(self) -> list[Replica]:
-        return [r for r in self.replicas if r.phase is Phase.READY or r.phase is Phase.STARTING]
+        """The replicas the Deployment counts: ready or starting, less the one a surge replica replaces."""
+        retiring = None if self._surge is None else self._surge[1]
+        return [
+            r
+            for r in self.replicas
+            if (r.phase is Phase.READY or r.phase is Phase.STARTING) and r is not retiring
+        ]
 
     def _pick(self, request: SimRequest) -> Replica | None:
         routing = self.config.routing
@@ -178,7 +201,7 @@ class Fleet:
             tuple(by_endpoint),
             {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
             affinity_key(request.prefix_blocks),
-            saturated_at=self.config.profile.max_num_seqs,
+            saturated_at=self.profile.max_num_seqs,
             tiebreak=request.index,
             kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
         )
@@ -256,6 +279,10 @@ class Fleet:
         if replica.phase is not Phase.STARTING:
             return
         replica.phase = Phase.READY
+        if self._surge is not None and self._surge[0] is replica:
+            self._retire(self._surge[1], now)
+            self._surge = None
+            self.advance_rollout(now)
         self.expire_held(now)
         while self.unrouted:
             request = self.unrouted.popleft()
@@ -265,6 +292,38 @@ class Fleet:
             self.route(request, now)
 
     # -- actuation ---------------------------------------------------------------------------
+    def roll_to(self, flags: tuple[int, int], now: float) -> None:
+        """Run the engine with (max-num-batched-tokens, max-num-seqs) `flags` from now on."""
+        budget, seqs = flags
+        if (self.profile.max_num_batched_tokens, self.profile.max_num_seqs) != (budget, seqs):
+            self.profile = replace(self.profile, max_num_batched_tokens=budget, max_num_seqs=seqs)
+        self.advance_rollout(now)
+
+    def advance_rollout(self, now: float) -> None:
+        """Start replacing the next ready replica on an old engine, unless a replacement is starting."""
+        if self._surge is not None:
+            return
+        old = next((r for r in self.live() if r.phase is Phase.READY and r.profile != self.profile), None)
+        if old is None:
+            return
+        self._surge = (self._start(now), old)
+
+    def _start(self, now: float) -> Replica:
+        replica = Replica(len(self.replicas), self.profile, now, now + self.config.cold_start_seconds)
+        self.replicas.append(replica)
+        if replica.phase is Phase.STARTING:
+            heapq.heappush(self.events, (replica.ready_at, next(self._order), _READY, replica, 0))
+        return replica
+
+    @staticmethod
+    def _retire(replica: Replica, now: float) -> None:
+        """Remove a replica: at once when it holds nothing (or never started), else after its drain."""
+        if replica.phase is Phase.STARTING or replica.idle:
+            replica.phase = Phase.GONE
+            replica.removed = now
+        else:
+            replica.phase = Phase.DRAINING
+
     def scale_to(self, desired: int, now: float) -> None:
         # Zero replicas only with an activator to hold what arrives.
         desired = max(0 if self.activator else 1, desired)
@@ -274,23 +333,20 @@ class Fleet:
         self.scaling_events.append(ScalingEvent(now, len(live), desired))
         if desired > len(live):
             for _ in range(desired - len(live)):
-                replica = Replica(
-                    len(self.replicas), self.config.profile, now, now + self.config.cold_start_seconds
-                )
-                self.replicas.append(replica)
-                if replica.phase is Phase.STARTING:
-                    heapq.heappush(self.events, (replica.ready_at, next(self._order), _READY, replica, 0))
+                self._start(now)
             return
+        if self._surge is not None:
+            # Kubernetes deletes not-ready pods first: the starting replacement goes, and the replica it was
+            # to replace counts again (on the old engine, until the rollout comes back to it).
+            self._retire(self._surge[0], now)
+            self._surge = None
+            live = self.live()
         surplus = len(live) - desired
         # Kubernetes deletes not-ready pods first; among ready ones we pick the least loaded.
         starting = sorted((r for r in live if r.phase is Phase.STARTING), key=lambda r: -r.created)
         ready = sorted((r for r in live if r.phase is Phase.READY), key=lambda r: r.load)
         for replica in (starting + ready)[:surplus]:
-            if replica.phase is Phase.STARTING or replica.idle:
-                replica.phase = Phase.GONE
-                replica.removed = now
-            else:
-                replica.phase = Phase.DRAINING
+            self._retire(replica, now)
 
     def snapshot(self, now: float) -> FleetSnapshot:
         waiting = running = ready = starting = draining = 0
@@ -371,6 +427,8 @@ def simulate(
                     if demand is not None:
                         view.demand_time = demand
                 fleet.scale_to(policy.evaluate(view, now), now)
+                if isinstance(policy, EnginePlanning) and (flags := policy.engine_flags()) is not None:
+                    fleet.roll_to(flags, now)
             if progress is not None and tick % 600 == 0:
                 progress(now)
             tick += 1

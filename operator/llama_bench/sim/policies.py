@@ -3,6 +3,7 @@ reads (Prometheus scrapes, or Knative's per-second concurrency) and how often it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llama_bench.baselines.hpa import HorizontalPodAutoscaler, HpaSettings
@@ -14,9 +15,11 @@ from llama_bench.baselines.keda import (
 from llama_bench.baselines.kpa import KnativePodAutoscaler, KpaSettings
 from llama_bench.sim.metrics import MetricsView
 from llama_operator.api.autoscaling import AutoscalerState
-from llama_operator.api.plan import Plan
+from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, PolicyTuning, decide
+from llama_operator.reconcile.autoscaling import autoscaler_state
+from llama_operator.reconcile.engine import engine_plan
 
 
 @dataclass(slots=True)
@@ -33,6 +36,11 @@ class SloPolicy:
     name: str = "slo"
     state: AutoscalerState = field(default_factory=AutoscalerState)
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
+    # The planner for this service with measured factors (None: the catalog's), when the reconciler may
+    # re-plan the engine for the hardware the calibration measures (reconcile/engine.py); None: it keeps
+    # `plan`. The fleet rolls its replicas to the flags `engine_flags` gives.
+    replan: Callable[[MeasuredSteps | None], Plan] | None = None
+    replans: list[tuple[float, Plan]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         plan = self.plan
@@ -48,6 +56,13 @@ class SloPolicy:
             else None,
             max_num_seqs=plan.max_num_seqs or None if plan else None,
             kv_cache_tokens=plan.kv_cache_tokens or None if plan else None,
+            plan_factors=None
+            if plan is None or plan.measured_steps is None
+            else [
+                plan.measured_steps.bandwidth_efficiency,
+                plan.measured_steps.compute_efficiency,
+                plan.measured_steps.step_overhead_seconds,
+            ],
         )
 
     def initial_replicas(self) -> int:
@@ -60,7 +75,28 @@ class SloPolicy:
         self.state = AutoscalerState.model_validate(decision.state.to_wire())
         if decision.desired_replicas != signals.current_replicas:
             self.decisions.append((now, decision))
+        if self.replan is not None and self.plan is not None:
+            self._reconcile_engine(now)
         return decision.desired_replicas
+
+    def _reconcile_engine(self, now: float) -> None:
+        """What the operator's reconciler does between evaluations: plan the engine (with the measured
+        factors where they change it enough) and seed the policy's step figures from that plan."""
+        assert self.replan is not None and self.plan is not None
+        status = {"plan": self.plan.to_wire(), "autoscaling": {"state": self.state.to_wire()}}
+        planned = engine_plan(self.replan, status, now)
+        if planned.to_wire() == status["plan"]:
+            return
+        self.plan = planned
+        self.replans.append((now, planned))
+        self.state = autoscaler_state({"plan": planned.to_wire()}, remembered=self.state)
+
+    def engine_flags(self) -> tuple[int, int] | None:
+        """(--max-num-batched-tokens, --max-num-seqs) of the engine the replicas should run, when the
+        engine may be re-planned."""
+        if self.replan is None or self.plan is None or not self.plan.max_num_batched_tokens:
+            return None
+        return self.plan.max_num_batched_tokens, self.plan.max_num_seqs
 
 
 class HpaPolicy:

@@ -12,7 +12,7 @@ from llama_bench.sim.oracle import FixedReplicas, ScheduledReplicas, oracle_sche
 from llama_bench.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
 from llama_bench.sim.report import RunSummary, summarize
 from llama_bench.sim.trace import Trace
-from llama_operator.api.plan import Plan
+from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 
 BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive")
@@ -102,12 +102,12 @@ class Scenario:
             slo=slo,
         )
 
-    def plan(self) -> Plan | None:
+    def plan(self, measured_steps: MeasuredSteps | None = None) -> Plan | None:
         """What the operator's planner deploys for this service (None for a measured profile, whose
-        hardware the catalog may not know)."""
+        hardware the catalog may not know), with `measured_steps`' factors where given."""
         if self.measured is not None:
             return None
-        return planned_engine(self.accelerator, self.model, self.spec())
+        return planned_engine(self.accelerator, self.model, self.spec(), measured_steps)
 
     def fleet(self) -> FleetConfig:
         profile = self.measured or replica_profile(self.accelerator, self.model)

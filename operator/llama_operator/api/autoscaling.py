@@ -175,6 +175,16 @@ class AutoscalerState(WireModel):
             ge=1,
         ),
     ] = None
+    plan_factors: Annotated[
+        list[float] | None,
+        Field(
+            description="The efficiency factors the plan's step figures were built with (bandwidth and "
+            "compute efficiency, fixed time per step), where they were measured on the replicas "
+            "(status.plan.measuredSteps); unset: the catalog's. The calibration divides them out.",
+            min_length=3,
+            max_length=3,
+        ),
+    ] = None
     capacity_corrected_time: Annotated[
         Time | None, Field(description="When the capacity estimate was last lowered.")
     ] = None

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
+from llama_operator.api.autoscaling import Time
 from llama_operator.api.base import WireModel
 
 
@@ -25,6 +26,25 @@ class NodeSelectorRequirement(WireModel):
 
 class NodeSelectorTerm(WireModel):
     match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class MeasuredSteps(WireModel):
+    """The step model's efficiency factors as measured on the service's own replicas
+    (status.autoscaling.state.stepCalibration), which the engine was planned with in place of the
+    catalog's estimates."""
+
+    bandwidth_efficiency: Annotated[
+        float,
+        Field(description="Share of the data-sheet memory bandwidth a decode step reaches.", gt=0, le=1),
+    ]
+    compute_efficiency: Annotated[
+        float, Field(description="Share of the data-sheet FLOPS a prompt chunk reaches.", gt=0, le=1)
+    ]
+    step_overhead_seconds: Annotated[float, Field(description="Fixed time per engine step.", ge=0)]
+    accelerator: Annotated[
+        str, Field(description="The accelerator (the plan's displayName) they were measured on.")
+    ]
+    adopted_at: Annotated[Time, Field(description="When the engine was planned with them.")]
 
 
 class Plan(WireModel):
@@ -143,6 +163,13 @@ class Plan(WireModel):
             "(kvBytesPerToken includes them)."
         ),
     ] = 0
+    measured_steps: Annotated[
+        MeasuredSteps | None,
+        Field(
+            description="The efficiency factors measured on the service's own replicas that the engine "
+            "(maxNumBatchedTokens, maxNumSeqs, the step estimates) was planned with; unset: the catalog's."
+        ),
+    ] = None
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )

@@ -241,6 +241,16 @@ def plan_step_model(state: AutoscalerState) -> StepModel | None:
     )
 
 
+def plan_factors(state: AutoscalerState) -> Factors:
+    """The factors the plan's step figures were built with: measured ones once the engine was planned for
+    the measured hardware (reconcile/engine.py), else the catalog's. The basis divides them out, so the
+    fit's sums stay valid across such a change of plan."""
+    if state.plan_factors is None:
+        return CATALOG_FACTORS
+    eta, mu, t0 = state.plan_factors
+    return Factors(bandwidth_efficiency=eta, compute_efficiency=mu, step_overhead_seconds=t0)
+
+
 def calibrated_model(state: AutoscalerState) -> StepModel | None:
     """The step model the policy sizes with: the plan's, with the calibrated factors once there are any."""
     planned = plan_step_model(state)
@@ -252,7 +262,7 @@ def calibrated_model(state: AutoscalerState) -> StepModel | None:
         compute_efficiency=calibration.compute_efficiency,
         step_overhead_seconds=calibration.step_overhead_seconds,
     )
-    return StepBasis.from_step_model(planned).step_model(fitted)
+    return StepBasis.from_step_model(planned, plan_factors(state)).step_model(fitted)
 
 
 def calibrate(state: AutoscalerState, signals: Signals) -> StepCalibration | None:
@@ -282,7 +292,7 @@ def calibrate(state: AutoscalerState, signals: Signals) -> StepCalibration | Non
             kv_cache_tokens=state.kv_cache_tokens,
         )
         if seen is not None:
-            sums = observe(sums, StepBasis.from_step_model(planned), seen)
+            sums = observe(sums, StepBasis.from_step_model(planned, plan_factors(state)), seen)
     if sums.observations <= 0:
         return previous
     fitted = factors(sums)

@@ -21,6 +21,7 @@ from llama_operator.infra.execute import execute
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.planner import UNKNOWN_GPUS_NOTE
 from llama_operator.reconcile.drift import merge_patch_changes
+from llama_operator.reconcile.engine import engine_replanned_event
 from llama_operator.reconcile.execution import (
     Event,
     degraded_event,
@@ -186,6 +187,9 @@ def _reconcile(
     unknown = unknown_gpus_event(before, status)
     if unknown is not None:
         result.events.append(unknown)
+    replanned = engine_replanned_event(before, status)
+    if replanned is not None:
+        result.events.append(replanned)
     degraded = degraded_event(before, status)
     if degraded is not None:
         result.events.insert(0, degraded)

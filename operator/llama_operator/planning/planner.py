@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
+from llama_operator.api.plan import MeasuredSteps, NodeSelectorRequirement, NodeSelectorTerm, Plan, Toleration
 from llama_operator.api.spec import (
     AcceleratorType,
     DType,
@@ -33,7 +33,7 @@ from llama_operator.catalog.accelerators import (
     mig_slice_product,
 )
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
-from llama_operator.catalog.performance import StepModel, step_model
+from llama_operator.catalog.performance import CATALOG_FACTORS, Factors, StepModel, step_model
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV, LoraCapacity, check_adapters, lora_capacity
 from llama_operator.planning.errors import PlanningError
@@ -266,6 +266,9 @@ class _Request:
     slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
     adapters: tuple[LoRAAdapter, ...] = ()
     draft: _Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
+    # Efficiency factors measured on the service's replicas (reconcile/engine.py): the step model of the
+    # candidate they were measured on uses them; every other candidate keeps the catalog's.
+    measured: MeasuredSteps | None = None
 
 
 # Speculative methods that propose from the request's own tokens: no draft weights or KV cache.
@@ -477,7 +480,10 @@ def _size(request: _Request, candidate: Candidate, config: PlanningConfig) -> _S
                 f"{largest_max_model_len(kv_tokens, shape.max_context)}"
             )
 
-    steps = _step_model(candidate, weights, memory.kv_bytes_per_token, shape, eager=memory.enforce_eager)
+    factors = _measured_factors(request, candidate)
+    steps = _step_model(
+        candidate, weights, memory.kv_bytes_per_token, shape, eager=memory.enforce_eager, factors=factors
+    )
     tuning = _tpot_tuning(request, candidate, steps, config)
     max_model_len = _max_model_len(request, candidate, kv_tokens, tuning, required=required, notes=notes)
     max_num_seqs = _max_num_seqs(
@@ -744,8 +750,27 @@ def _choose_eager(request: _Request, gpu: GpuMemorySizing) -> bool:
     return EAGER_KV_SHARE * max(gpu.kv_budget_bytes_per_device, 0) < CUDA_GRAPH_BYTES
 
 
+def _measured_factors(request: _Request, candidate: Candidate) -> Factors:
+    """The efficiency factors for `candidate`'s step model: those measured on the service's replicas where
+    they were measured on this very candidate, else the catalog's."""
+    measured = request.measured
+    if measured is None or measured.accelerator != candidate.name:
+        return CATALOG_FACTORS
+    return Factors(
+        bandwidth_efficiency=measured.bandwidth_efficiency,
+        compute_efficiency=measured.compute_efficiency,
+        step_overhead_seconds=measured.step_overhead_seconds,
+    )
+
+
 def _step_model(
-    candidate: Candidate, weights: int, kv_per_token: int, shape: ModelShape, *, eager: bool
+    candidate: Candidate,
+    weights: int,
+    kv_per_token: int,
+    shape: ModelShape,
+    *,
+    eager: bool,
+    factors: Factors = CATALOG_FACTORS,
 ) -> StepModel:
     accel = candidate.accelerator
     if candidate.mig is not None:
@@ -767,6 +792,9 @@ def _step_model(
         activation_bytes=ACTIVATION_DTYPE_BYTES,
         link_bytes_per_s=link.link_bytes_per_s,
         all_reduce_latency_seconds=link.all_reduce_latency_seconds,
+        bandwidth_efficiency=factors.bandwidth_efficiency,
+        compute_efficiency=factors.compute_efficiency,
+        step_overhead_seconds=factors.step_overhead_seconds,
     )
 
 
@@ -1407,15 +1435,22 @@ def _check_policy_inputs(spec: LlamaServiceSpec, served_name: str, config: Plann
 
 
 def plan_service(
-    spec: LlamaServiceSpec, *, name: str, config: PlanningConfig, inventory: Inventory | None = None
+    spec: LlamaServiceSpec,
+    *,
+    name: str,
+    config: PlanningConfig,
+    inventory: Inventory | None = None,
+    measured: MeasuredSteps | None = None,
 ) -> Plan:
-    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments.
+    """Plan one LlamaService: accelerator, placement, engine sizing and vLLM arguments. `measured`: the
+    efficiency factors measured on the service's own replicas, used for the accelerator they were
+    measured on (reconcile/engine.py decides when).
 
     Raises PlanningError with a message the user can act on when the spec cannot work.
     """
     served_name = spec.model.served_name or name
     _check_policy_inputs(spec, served_name, config)
-    request = _request(spec, config)
+    request = replace(_request(spec, config), measured=measured)
     sized, placement, notes = _choose_and_size(spec, request, config, inventory)
     candidate = sized.candidate
     accel = candidate.accelerator
@@ -1477,5 +1512,8 @@ def plan_service(
         nodes=candidate.nodes,
         draft_weight_bytes=draft_bytes,
         draft_kv_bytes_per_token=draft_kv_per_token,
+        measured_steps=request.measured
+        if request.measured is not None and request.measured.accelerator == candidate.name
+        else None,
         notes=notes,
     )

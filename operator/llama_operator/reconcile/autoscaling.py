@@ -49,6 +49,18 @@ def autoscaler_state(
         state = state.model_copy(
             update={"capacity_prior_tokens_per_second": prior, "capacity_tokens_per_second": prior}
         )
+    elif prior > 0 and state.capacity_prior_tokens_per_second != prior:
+        # Another engine (planned for the measured hardware, reconcile/engine.py; another chunk; another
+        # accelerator) prefills another amount per replica: the prior follows the plan, and the learned
+        # estimate keeps its correction relative to the prior.
+        old = state.capacity_prior_tokens_per_second or prior
+        learned = state.capacity_tokens_per_second
+        state = state.model_copy(
+            update={
+                "capacity_prior_tokens_per_second": prior,
+                "capacity_tokens_per_second": None if learned is None else learned * prior / old,
+            }
+        )
     # The plan's step model (decode capacity within the TPOT objective) follows the plan: a new plan
     # (another accelerator, another chunk) replaces it, nothing is learned into it.
     budget, seqs = plan.max_num_batched_tokens, plan.max_num_seqs
@@ -60,6 +72,13 @@ def autoscaler_state(
         "chunk_tokens": max(budget - seqs, 1) if budget else None,
         "max_num_seqs": seqs or None,
         "kv_cache_tokens": plan.kv_cache_tokens or None,
+        "plan_factors": None
+        if plan.measured_steps is None
+        else [
+            plan.measured_steps.bandwidth_efficiency,
+            plan.measured_steps.compute_efficiency,
+            plan.measured_steps.step_overhead_seconds,
+        ],
     }
     if any(getattr(state, key) != value for key, value in steps.items()):
         state = state.model_copy(update=steps)

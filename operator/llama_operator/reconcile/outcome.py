@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_conditions
-from llama_operator.api.plan import Plan
+from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
@@ -19,6 +19,7 @@ from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
+from llama_operator.reconcile.engine import engine_plan, pinned_steps
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,25 @@ def _wire(conditions: list[Condition]) -> list[dict[str, Any]]:
 
 
 def plan_llamaservice(
-    body: Mapping[str, Any], settings: Settings, inventory: Inventory | None
+    body: Mapping[str, Any], settings: Settings, inventory: Inventory | None, now: float | None = None
 ) -> tuple[LlamaService, Plan]:
-    """Parse and plan; raises InvalidSpecError or PlanningError with a message for the user."""
+    """Parse and plan; raises InvalidSpecError or PlanningError with a message for the user. The engine is
+    planned with the factors measured on the service's replicas where status says so (reconcile/engine.py);
+    `now` (unix seconds) lets a new measurement change it, None keeps what status holds."""
     meta = body.get("metadata") or {}
     spec = parse_spec(body.get("spec") or {})
     svc = LlamaService(metadata=parse_metadata(meta), spec=spec)
-    plan = plan_service(spec, name=svc.metadata.name, config=planning_config(settings), inventory=inventory)
-    return svc, plan
+    config = planning_config(settings)
+    status = body.get("status")
+
+    def plan_with(measured: MeasuredSteps | None) -> Plan:
+        return plan_service(
+            spec, name=svc.metadata.name, config=config, inventory=inventory, measured=measured
+        )
+
+    if now is None:
+        return svc, plan_with(pinned_steps(status))
+    return svc, engine_plan(plan_with, status, now)
 
 
 def reconcile(
@@ -85,7 +97,7 @@ def reconcile(
     generation = meta.get("generation")
     conditions = _conditions(body.get("status"))
     try:
-        svc, plan = plan_llamaservice(body, settings, inventory)
+        svc, plan = plan_llamaservice(body, settings, inventory, now.timestamp())
     except (InvalidSpecError, PlanningError) as err:
         message = str(err)
         reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
