@@ -3,7 +3,7 @@ catalog says, scaled by our policy that starts from the catalog's figures and ca
 fleet's own vLLM series (autoscale/calibration.py), against the same policy given the exact figures.
 
     python -m llama_bench.sim.calibration_bench [--traces NAME ...] [--minutes M] [--speeds S ...]
-        [--arms exact calibrated fixed-engine]
+        [--arms exact calibrated fixed-engine exact-any]
 
 `make bench-calibration` runs it; the table goes in docs/bench/calibration.md.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llama_bench.sim.accelerators import ReplicaProfile
@@ -31,7 +31,7 @@ from llama_operator.catalog.performance import (
 
 DEFAULT_TRACES = ("poisson-steady", "diurnal-compressed", "long-outputs")
 DEFAULT_SPEEDS = (0.7, 1.3)
-ARMS = ("exact", "calibrated", "fixed-engine")
+ARMS = ("exact", "calibrated", "fixed-engine", "exact-any")
 # The issue's test: "after the calibration period, the targets hold as they do with exact parameters". The
 # windows are reported over the whole run and again from this time on (both arms alike).
 CALIBRATION_PERIOD_SECONDS = 600.0
@@ -75,6 +75,15 @@ def planned_for(plan: Plan, speed: float, scenario: Scenario = SCENARIO) -> Plan
     """The plan a planner that knew the hardware would write, under the operator's rule for an engine
     planned for measured hardware (reconcile/engine.py): planned with the true factors where that gives a
     larger engine than the catalog's, else the catalog's engine with the true step figures."""
+    measured = planned_with_truth(plan, speed, scenario)
+    if measured.max_num_batched_tokens <= plan.max_num_batched_tokens:
+        return exact_plan(plan, speed)
+    return measured
+
+
+def planned_with_truth(plan: Plan, speed: float, scenario: Scenario = SCENARIO) -> Plan:
+    """The plan with the true factors, whatever the size of its engine (the `exact-any` arm: what the
+    operator's never-smaller-than-the-catalog rule avoids)."""
     fitted = truth(speed)
     measured = scenario.plan(
         MeasuredSteps(
@@ -85,18 +94,8 @@ def planned_for(plan: Plan, speed: float, scenario: Scenario = SCENARIO) -> Plan
             adopted_at=0.0,
         )
     )
-    if measured is None or measured.max_num_batched_tokens <= plan.max_num_batched_tokens:
-        return exact_plan(plan, speed)
+    assert measured is not None  # a catalog accelerator: the planner's engine
     return measured
-
-
-def _planner(scenario: Scenario) -> Callable[[MeasuredSteps | None], Plan]:
-    def plan_with(measured: MeasuredSteps | None) -> Plan:
-        plan = scenario.plan(measured)
-        assert plan is not None  # a catalog accelerator: the planner's engine
-        return plan
-
-    return plan_with
 
 
 def truth(speed: float) -> Factors:
@@ -113,7 +112,8 @@ class CalibrationRun:
     speed: float
     # "exact" (the plan knows the hardware), "calibrated" (the catalog's plan, calibrated, and its engine
     # re-planned for the measured hardware as the operator does) or "fixed-engine" (calibrated, but the
-    # engine kept as the catalog planned it: the operator before reconcile/engine.py)
+    # engine kept as the catalog planned it: the operator before reconcile/engine.py) or "exact-any" (the
+    # engine planned with the true factors even where smaller than the catalog's)
     arm: str
     summary: RunSummary
     fitted: Factors | None  # the policy's calibrated factors at the end; None without any
@@ -143,7 +143,12 @@ def run_speed(
     config = replace(runner.config, profile=on_hardware(runner.config.profile, speed, _overhead(plan)))
     spec = scenario.spec()
     runs: list[CalibrationRun] = []
-    plans = {"exact": planned_for(plan, speed, scenario), "calibrated": plan, "fixed-engine": plan}
+    plans = {
+        "exact": planned_for(plan, speed, scenario),
+        "calibrated": plan,
+        "fixed-engine": plan,
+        "exact-any": planned_with_truth(plan, speed, scenario),
+    }
     for arm in arms:
         arm_plan = plans[arm]
         engine = replace(
@@ -156,7 +161,7 @@ def run_speed(
             capacity_prior=arm_plan.prefill_tokens_per_second,
             plan=arm_plan,
             name=arm,
-            replan=_planner(scenario) if arm == "calibrated" else None,
+            replan=scenario.planner() if arm == "calibrated" else None,
         )
         result = simulate(
             trace, policy, replace(config, profile=engine), initial=runner.opening_replicas(policy)
@@ -180,7 +185,9 @@ def run_speed(
         )
         settled_ttft = ttft_windows_within(result, scenario.percentile, scenario.slo_ttft_seconds, after)
         final = policy.plan or arm_plan
-        reference = CATALOG_FACTORS if arm == "exact" and final.measured_steps is None else truth(speed)
+        reference = (
+            CATALOG_FACTORS if arm.startswith("exact") and final.measured_steps is None else truth(speed)
+        )
         runs.append(
             CalibrationRun(
                 trace_name,
@@ -241,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--traces", nargs="+", default=list(DEFAULT_TRACES))
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--speeds", nargs="+", type=float, default=list(DEFAULT_SPEEDS))
-    parser.add_argument("--arms", nargs="+", default=["exact", "calibrated"], choices=ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS[:3]), choices=ARMS)
     args = parser.parse_args(argv)
     runs: list[CalibrationRun] = []
     for name in args.traces:

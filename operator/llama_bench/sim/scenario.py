@@ -109,6 +109,21 @@ class Scenario:
             return None
         return planned_engine(self.accelerator, self.model, self.spec(), measured_steps)
 
+    def planner(self) -> Callable[[MeasuredSteps | None], Plan]:
+        """The operator's planner for this service, with measured factors or the catalog's (None); each
+        plan computed once (the simulated reconciler asks at every evaluation)."""
+        plans: dict[MeasuredSteps | None, Plan] = {}
+
+        def plan_with(measured: MeasuredSteps | None) -> Plan:
+            if measured not in plans:
+                plan = self.plan(measured)
+                if plan is None:
+                    raise ValueError("a measured replica profile has no plan to re-plan")
+                plans[measured] = plan
+            return plans[measured]
+
+        return plan_with
+
     def fleet(self) -> FleetConfig:
         profile = self.measured or replica_profile(self.accelerator, self.model)
         plan = self.plan() if self.slo_tpot_seconds is not None else None
@@ -167,7 +182,10 @@ class ScenarioRunner:
             )
             after = self.scenario.scale_to_zero_after_seconds
             label = "slo" if after is None else f"slo+zero(after={after}s)"
-            return SloPolicy(spec, capacity_prior=prior, plan=plan, name=label)
+            # With the planner's engine, the operator's reconciler may re-plan it for the hardware the
+            # calibration measures (reconcile/engine.py); the fleet rolls to it.
+            replan = None if plan is None else self.scenario.planner()
+            return SloPolicy(spec, capacity_prior=prior, plan=plan, name=label, replan=replan)
         if name == "hpa":
             return HpaPolicy(spec, target, name="hpa" if target is None else f"hpa(target={target:g})")
         if name == "keda":

@@ -20,6 +20,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -154,6 +155,18 @@ def _prior(prior: Factors) -> tuple[float, float, float]:
 
 def factors(state: Calibration, prior: Factors = CATALOG_FACTORS) -> Factors:
     """The calibrated factors: the prior where the observations say nothing, the data where they do."""
+    matrix, rhs = _posterior(state, prior)
+    x = _solve(matrix, rhs)
+    # Physical bounds: an efficiency above 1 or an overhead below 0 is noise, not hardware.
+    return Factors(
+        step_overhead_seconds=max(0.0, x[0]),
+        bandwidth_efficiency=min(1.0, 1.0 / max(x[1], 1.0)),
+        compute_efficiency=min(1.0, 1.0 / max(x[2], 1.0)),
+    )
+
+
+def _posterior(state: Calibration, prior: Factors) -> tuple[list[list[float]], list[float]]:
+    """The normal equations with the prior's pseudo-observations: (A + P) x = b + P x0."""
     x0 = _prior(prior)
     precision = [1.0 / (spread * x) ** 2 for spread, x in zip(PRIOR_RELATIVE_SPREADS, x0, strict=True)]
     matrix = [[0.0] * UNKNOWNS for _ in range(UNKNOWNS)]
@@ -165,12 +178,35 @@ def factors(state: Calibration, prior: Factors = CATALOG_FACTORS) -> Factors:
     rhs = [state.target[i] + precision[i] * x0[i] for i in range(UNKNOWNS)]
     for i in range(UNKNOWNS):
         matrix[i][i] += precision[i]
+    return matrix, rhs
+
+
+def relative_spreads(state: Calibration, prior: Factors = CATALOG_FACTORS) -> tuple[float, float, float]:
+    """How far the fit pins each unknown (t0, 1/eta, 1/mu) down: its posterior standard deviation over
+    its value. The prior's own spread (PRIOR_RELATIVE_SPREADS) where the observations say nothing of it;
+    small where they do."""
+    matrix, rhs = _posterior(state, prior)
     x = _solve(matrix, rhs)
-    # Physical bounds: an efficiency above 1 or an overhead below 0 is noise, not hardware.
+    spreads = []
+    for i in range(UNKNOWNS):
+        unit = [1.0 if j == i else 0.0 for j in range(UNKNOWNS)]
+        variance = _solve([row[:] for row in matrix], unit)[i]
+        spreads.append(math.sqrt(max(variance, 0.0)) / abs(x[i]) if x[i] else math.inf)
+    return spreads[0], spreads[1], spreads[2]
+
+
+def planning_factors(calibration: StepCalibration) -> Factors:
+    """The factors to plan an engine with (reconcile/engine.py): each calibrated figure on its slow side by
+    one posterior standard deviation (`relative_spreads`). A step budget planned too large for the
+    hardware breaks the TPOT objective in every step that carries a chunk, one planned too small only
+    costs replicas; so what the data barely pin down (mu on a decode-heavy service) plans no faster than
+    its prior, and what they pin down plans close to the fit."""
+    sums = Calibration.from_wire(calibration.sums)
+    t0, eta, mu = relative_spreads(sums)
     return Factors(
-        step_overhead_seconds=max(0.0, x[0]),
-        bandwidth_efficiency=min(1.0, 1.0 / max(x[1], 1.0)),
-        compute_efficiency=min(1.0, 1.0 / max(x[2], 1.0)),
+        bandwidth_efficiency=calibration.bandwidth_efficiency / (1.0 + eta),
+        compute_efficiency=calibration.compute_efficiency / (1.0 + mu),
+        step_overhead_seconds=calibration.step_overhead_seconds * (1.0 + t0),
     )
 
 

@@ -15,7 +15,7 @@ each replica prefills and decodes more, and the fleet needs fewer. A new engine 
 - MIN_INTERVAL_SECONDS have passed since the last change;
 - never to a smaller engine than the catalog's. On hardware slower than the catalog says, a smaller
   chunk would meet the TPOT objective in every step, but it cuts the longest prompt a replica prefills
-  within the TTFT objective, which no number of replicas buys back (docs/bench/calibration.md: 60-86 %
+  within the TTFT objective, which no number of replicas buys back (docs/bench/calibration.md: 63-80 %
   of the TTFT windows where the catalog's engine held all). There the engine keeps the catalog's plan
   and the autoscaler spreads the prompts over more replicas.
 
@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from llama_operator.api.autoscaling import StepCalibration
 from llama_operator.api.plan import MeasuredSteps, Plan
+from llama_operator.autoscale.calibration import planning_factors
 from llama_operator.reconcile.execution import Event
 
 # Observations (evaluation cycles, discounted) the fit must hold before it plans an engine: ~half the
@@ -81,11 +82,12 @@ def engine_plan(
     measured_on = ((status or {}).get("plan") or {}).get("displayName")
     if measured_on != current.display_name or not current.max_num_batched_tokens:
         return current
+    factors = planning_factors(calibration)
     candidate = plan_with(
         MeasuredSteps(
-            bandwidth_efficiency=calibration.bandwidth_efficiency,
-            compute_efficiency=calibration.compute_efficiency,
-            step_overhead_seconds=calibration.step_overhead_seconds,
+            bandwidth_efficiency=round(factors.bandwidth_efficiency, 4),
+            compute_efficiency=round(factors.compute_efficiency, 4),
+            step_overhead_seconds=round(factors.step_overhead_seconds, 6),
             accelerator=current.display_name,
             adopted_at=now,
         )
