@@ -111,7 +111,6 @@ def test_measured_factors_plan_only_the_accelerator_they_were_measured_on() -> N
         compute_efficiency=faster.compute_efficiency,
         step_overhead_seconds=faster.step_overhead_seconds,
         accelerator=CATALOG_PLAN.display_name,
-        adopted_at=0.0,
     )
     on_t4 = plan_with(measured)
     assert on_t4.measured_steps == measured
@@ -142,7 +141,7 @@ def test_faster_hardware_re_plans_a_larger_engine() -> None:
     planned = engine_plan(plan_with, status(CATALOG_PLAN, calibration), NOW.timestamp())
     assert planned.measured_steps is not None
     assert planned.measured_steps.accelerator == CATALOG_PLAN.display_name
-    assert planned.measured_steps.adopted_at == NOW.timestamp()
+    assert planned.engine_replanned_at == NOW.timestamp()
     assert planned.max_num_batched_tokens >= 1.1 * CATALOG_PLAN.max_num_batched_tokens
     # On the slow side of the fit: no faster than what was measured.
     assert planned.measured_steps.bandwidth_efficiency <= calibration.bandwidth_efficiency
@@ -172,17 +171,33 @@ def test_the_engine_planned_stays_for_an_hour_and_within_the_hysteresis() -> Non
     first = engine_plan(
         plan_with, status(CATALOG_PLAN, fitted_on(CATALOG_PLAN, speed_factors(1.3))), NOW.timestamp()
     )
-    assert first.measured_steps is not None
-    adopted = first.measured_steps.adopted_at
+    assert first.measured_steps is not None and first.engine_replanned_at is not None
+    changed = first.engine_replanned_at
     # Within the hour, even a fit that now says the catalog's speed keeps it (no restart churn).
     back = fitted_on(first, speed_factors(1.0))
-    assert engine_plan(plan_with, status(first, back), adopted + MIN_INTERVAL_SECONDS - 1) == first
+    assert engine_plan(plan_with, status(first, back), changed + MIN_INTERVAL_SECONDS - 1) == first
     # After it, back to the catalog's engine, as a change large enough to be worth a rollout.
-    later = engine_plan(plan_with, status(first, back), adopted + MIN_INTERVAL_SECONDS)
-    assert later == CATALOG_PLAN
-    # A fit that still says the same hardware replans nothing (its budget moves less than 10 %).
+    later = engine_plan(plan_with, status(first, back), changed + MIN_INTERVAL_SECONDS)
+    assert later.measured_steps is None
+    assert later.engine_replanned_at == changed + MIN_INTERVAL_SECONDS
+    assert later.vllm_args == CATALOG_PLAN.vllm_args
+    # A fit that still says the same hardware re-plans nothing (its budget moves less than 10 %).
     same = fitted_on(first, speed_factors(1.3))
-    assert engine_plan(plan_with, status(first, same), adopted + MIN_INTERVAL_SECONDS) == first
+    assert engine_plan(plan_with, status(first, same), changed + MIN_INTERVAL_SECONDS) == first
+
+
+def test_back_on_the_catalogs_engine_the_next_change_still_waits_an_hour() -> None:
+    """A fit wandering across the threshold must not flap the engine: the time of the last change is kept
+    on the catalog's engine too (status.plan.engineReplannedAt)."""
+    first = engine_plan(
+        plan_with, status(CATALOG_PLAN, fitted_on(CATALOG_PLAN, speed_factors(1.3))), NOW.timestamp()
+    )
+    back_at = NOW.timestamp() + MIN_INTERVAL_SECONDS
+    back = engine_plan(plan_with, status(first, fitted_on(first, speed_factors(1.0))), back_at)
+    assert back.measured_steps is None and back.engine_replanned_at == back_at
+    faster_again = fitted_on(back, speed_factors(1.3))
+    assert engine_plan(plan_with, status(back, faster_again), back_at + 60) == back
+    assert engine_plan(plan_with, status(back, faster_again), back_at + MIN_INTERVAL_SECONDS).measured_steps
 
 
 def test_the_fit_goes_on_across_a_change_of_engine() -> None:
@@ -260,3 +275,22 @@ def test_reconcile_plans_the_engine_from_status_and_keeps_it() -> None:
     )
     assert again.status_patch["plan"] == written
     assert engine_replanned_event({**body["status"], "plan": written}, again.status_patch) is None
+
+    # An hour on, the fit says the catalog's speed: back to its engine, and the merge patch deletes
+    # status.plan.measuredSteps rather than leaving it behind for the next reconcile to plan with.
+    assert outcome.plan.engine_replanned_at is not None
+    on_catalog_speed = {
+        "plan": written,
+        "autoscaling": {"state": {"stepCalibration": fitted_on(outcome.plan, speed_factors(1.0)).to_wire()}},
+    }
+    back = reconcile(
+        {**body, "status": on_catalog_speed},
+        Settings(),
+        inventory=None,
+        pod_monitor=False,
+        now=datetime.fromtimestamp(outcome.plan.engine_replanned_at + MIN_INTERVAL_SECONDS, UTC),
+    )
+    assert back.status_patch["plan"]["measuredSteps"] is None
+    assert back.status_patch["plan"]["maxNumBatchedTokens"] == CATALOG_PLAN.max_num_batched_tokens
+    event = engine_replanned_event(on_catalog_speed, back.status_patch)
+    assert event is not None and "catalog's step estimates again" in event.message

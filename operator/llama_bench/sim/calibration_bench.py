@@ -91,7 +91,6 @@ def planned_with_truth(plan: Plan, speed: float, scenario: Scenario = SCENARIO) 
             compute_efficiency=min(1.0, fitted.compute_efficiency),
             step_overhead_seconds=fitted.step_overhead_seconds,
             accelerator=plan.display_name,
-            adopted_at=0.0,
         )
     )
     assert measured is not None  # a catalog accelerator: the planner's engine

@@ -44,7 +44,6 @@ class MeasuredSteps(WireModel):
     accelerator: Annotated[
         str, Field(description="The accelerator (the plan's displayName) they were measured on.")
     ]
-    adopted_at: Annotated[Time, Field(description="When the engine was planned with them.")]
 
 
 class Plan(WireModel):
@@ -168,6 +167,13 @@ class Plan(WireModel):
         Field(
             description="The efficiency factors measured on the service's own replicas that the engine "
             "(maxNumBatchedTokens, maxNumSeqs, the step estimates) was planned with; unset: the catalog's."
+        ),
+    ] = None
+    engine_replanned_at: Annotated[
+        Time | None,
+        Field(
+            description="When the engine was last re-planned for measured hardware (or back to the catalog's "
+            "estimates): the next such change waits an hour."
         ),
     ] = None
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(

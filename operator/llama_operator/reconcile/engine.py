@@ -19,8 +19,9 @@ each replica prefills and decodes more, and the fleet needs fewer. A new engine 
   of the TTFT windows where the catalog's engine held all). There the engine keeps the catalog's plan
   and the autoscaler spreads the prompts over more replicas.
 
-The factors adopted are kept in status.plan.measuredSteps: the next reconcile plans with them again,
-and a restart of the operator loses nothing. Pure: no I/O, no clock.
+The factors adopted are kept in status.plan.measuredSteps and the time of the change in
+status.plan.engineReplannedAt: the next reconcile plans with them again, and a restart of the operator
+loses nothing. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llama_operator.api.autoscaling import StepCalibration
+from llama_operator.api.autoscaling import StepCalibration, unix_time
 from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.autoscale.calibration import planning_factors
 from llama_operator.reconcile.execution import Event
@@ -70,13 +71,14 @@ def engine_plan(
     plan_with: Callable[[MeasuredSteps | None], Plan], status: Mapping[str, Any] | None, now: float
 ) -> Plan:
     """The plan to run: `plan_with(factors)` plans the service with measured factors (None: the catalog's).
-    The engine planned last stays unless the service's calibration changes it enough (module docstring)."""
-    pinned = pinned_steps(status)
-    current = plan_with(pinned)
+    The engine planned last stays unless the service's calibration changes it enough (module docstring);
+    the plan carries when it last changed (`engineReplannedAt`)."""
+    last = last_replanned(status)
+    current = stamped(plan_with(pinned_steps(status)), last)
     calibration = _calibration(status)
     if calibration is None or calibration.observations < MIN_OBSERVATIONS:
         return current
-    if pinned is not None and now - pinned.adopted_at < MIN_INTERVAL_SECONDS:
+    if last is not None and now - last < MIN_INTERVAL_SECONDS:
         return current
     # The fit describes the replicas that ran the plan in status: only that accelerator's engine follows it.
     measured_on = ((status or {}).get("plan") or {}).get("displayName")
@@ -89,17 +91,31 @@ def engine_plan(
             compute_efficiency=round(factors.compute_efficiency, 4),
             step_overhead_seconds=round(factors.step_overhead_seconds, 6),
             accelerator=current.display_name,
-            adopted_at=now,
         )
     )
-    catalog = current if pinned is None else plan_with(None)
+    catalog = plan_with(None)
     # Not faster than the catalog says: its engine (back to it, where that is a real change).
     slower = candidate.max_num_batched_tokens <= catalog.max_num_batched_tokens
     target = catalog if slower else candidate
     if target.display_name != current.display_name:
         return current  # the measurement moved the placement: not this mechanism's to decide
     change = abs(target.max_num_batched_tokens / current.max_num_batched_tokens - 1)
-    return target if change >= MIN_BUDGET_CHANGE else current
+    return stamped(target, now) if change >= MIN_BUDGET_CHANGE else current
+
+
+def last_replanned(status: Mapping[str, Any] | None) -> float | None:
+    """When the engine last changed for measured hardware (status.plan.engineReplannedAt), if ever."""
+    raw = ((status or {}).get("plan") or {}).get("engineReplannedAt")
+    if raw is None:
+        return None
+    try:
+        return float(unix_time(raw))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def stamped(plan: Plan, replanned_at: float | None) -> Plan:
+    return plan if replanned_at is None else plan.model_copy(update={"engine_replanned_at": replanned_at})
 
 
 def engine_replanned_event(before: Mapping[str, Any] | None, status: Mapping[str, Any]) -> Event | None:

@@ -19,7 +19,7 @@ from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
-from llama_operator.reconcile.engine import engine_plan, pinned_steps
+from llama_operator.reconcile.engine import engine_plan, last_replanned, pinned_steps, stamped
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def plan_llamaservice(
         )
 
     if now is None:
-        return svc, plan_with(pinned_steps(status))
+        return svc, stamped(plan_with(pinned_steps(status)), last_replanned(status))
     return svc, engine_plan(plan_with, status, now)
 
 
@@ -139,6 +139,20 @@ def reconcile(
         "conditions": _wire(conditions),
         "selector": selector_string(svc.metadata.name),
         "accelerator": plan.display_name,
-        "plan": plan.to_wire(),
+        "plan": replacing((body.get("status") or {}).get("plan"), plan.to_wire()),
     }
     return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)
+
+
+def replacing(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that turns `old` into `new`: a field `old` has and `new` leaves out (an engine back
+    on the catalog's estimates, a MIG slice given up) is deleted with a null, not left behind."""
+    if not isinstance(old, Mapping):
+        return new
+    patch: dict[str, Any] = dict(new)
+    for key, value in old.items():
+        if key not in new:
+            patch[key] = None
+        elif isinstance(new[key], dict) and isinstance(value, Mapping):
+            patch[key] = replacing(value, new[key])
+    return patch
