@@ -36,7 +36,7 @@ from llama_operator.reconcile.engine import (
     engine_plan,
     engine_replanned_event,
 )
-from llama_operator.reconcile.outcome import reconcile
+from llama_operator.reconcile.outcome import plan_llamaservice, reconcile
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 SPEC = {
@@ -294,3 +294,27 @@ def test_reconcile_plans_the_engine_from_status_and_keeps_it() -> None:
     assert back.status_patch["plan"]["maxNumBatchedTokens"] == CATALOG_PLAN.max_num_batched_tokens
     event = engine_replanned_event(on_catalog_speed, back.status_patch)
     assert event is not None and "catalog's step estimates again" in event.message
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "x" * 100,
+        ["plan"],
+        {"plan": "x"},
+        {"plan": {"measuredSteps": "x", "engineReplannedAt": ["x"]}},
+        {"plan": {"measuredSteps": {"bandwidthEfficiency": 7}, "engineReplannedAt": "yesterday"}},
+        {"plan": {"engineReplannedAt": True}, "autoscaling": {"state": {"stepCalibration": "x"}}},
+        {"autoscaling": "x"},
+    ],
+)
+def test_whatever_a_body_holds_in_status_the_plan_is_the_catalogs(hostile: object) -> None:
+    """status is the operator's own, but a manifest given to `plan` (or a hand-edited object) may hold
+    anything there: never an exception, never measured factors read from it."""
+    body = {"metadata": {"name": "chat"}, "spec": SPEC, "status": hostile}
+    _, plan = plan_llamaservice(body, Settings(), None, NOW.timestamp())
+    assert plan.measured_steps is None and plan.engine_replanned_at is None
+    assert plan.vllm_args == CATALOG_PLAN.vllm_args
+    assert engine_replanned_event(hostile, {"plan": plan.to_wire()}) is None
+    _, dry = plan_llamaservice(body, Settings(), None)
+    assert dry.vllm_args == CATALOG_PLAN.vllm_args

@@ -19,15 +19,16 @@ each replica prefills and decodes more, and the fleet needs fewer. A new engine 
   of the TTFT windows where the catalog's engine held all). There the engine keeps the catalog's plan
   and the autoscaler spreads the prompts over more replicas.
 
-The factors adopted are kept in status.plan.measuredSteps and the time of the change in
-status.plan.engineReplannedAt: the next reconcile plans with them again, and a restart of the operator
-loses nothing. Pure: no I/O, no clock.
+The factors it plans with are the fit's slow side (autoscale/calibration.py's planning_factors: one
+posterior standard deviation slower), since a budget too large breaks TPOT in every chunk-carrying step
+while one too small only costs replicas. The factors adopted are kept in status.plan.measuredSteps and
+the time of the change in status.plan.engineReplannedAt: the next reconcile plans with them again, and a
+restart of the operator loses nothing. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -46,9 +47,19 @@ MIN_INTERVAL_SECONDS = 3600.0
 ENGINE_REPLANNED = "EngineReplanned"
 
 
-def pinned_steps(status: Mapping[str, Any] | None) -> MeasuredSteps | None:
+def _at(value: object, *path: str) -> object:
+    """`value[path[0]][path[1]]...`, or None where a level is missing or not an object (status is ours,
+    but the body it comes in may hold anything)."""
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def pinned_steps(status: object) -> MeasuredSteps | None:
     """The measured factors the engine was last planned with (status.plan.measuredSteps), if any."""
-    raw = ((status or {}).get("plan") or {}).get("measuredSteps")
+    raw = _at(status, "plan", "measuredSteps")
     if not isinstance(raw, Mapping):
         return None
     try:
@@ -57,8 +68,8 @@ def pinned_steps(status: Mapping[str, Any] | None) -> MeasuredSteps | None:
         return None
 
 
-def _calibration(status: Mapping[str, Any] | None) -> StepCalibration | None:
-    raw = (((status or {}).get("autoscaling") or {}).get("state") or {}).get("stepCalibration")
+def _calibration(status: object) -> StepCalibration | None:
+    raw = _at(status, "autoscaling", "state", "stepCalibration")
     if not isinstance(raw, Mapping):
         return None
     try:
@@ -67,9 +78,7 @@ def _calibration(status: Mapping[str, Any] | None) -> StepCalibration | None:
         return None
 
 
-def engine_plan(
-    plan_with: Callable[[MeasuredSteps | None], Plan], status: Mapping[str, Any] | None, now: float
-) -> Plan:
+def engine_plan(plan_with: Callable[[MeasuredSteps | None], Plan], status: object, now: float) -> Plan:
     """The plan to run: `plan_with(factors)` plans the service with measured factors (None: the catalog's).
     The engine planned last stays unless the service's calibration changes it enough (module docstring);
     the plan carries when it last changed (`engineReplannedAt`)."""
@@ -81,7 +90,7 @@ def engine_plan(
     if last is not None and now - last < MIN_INTERVAL_SECONDS:
         return current
     # The fit describes the replicas that ran the plan in status: only that accelerator's engine follows it.
-    measured_on = ((status or {}).get("plan") or {}).get("displayName")
+    measured_on = _at(status, "plan", "displayName")
     if measured_on != current.display_name or not current.max_num_batched_tokens:
         return current
     factors = planning_factors(calibration)
@@ -103,30 +112,33 @@ def engine_plan(
     return stamped(target, now) if change >= MIN_BUDGET_CHANGE else current
 
 
-def last_replanned(status: Mapping[str, Any] | None) -> float | None:
+def last_replanned(status: object) -> float | None:
     """When the engine last changed for measured hardware (status.plan.engineReplannedAt), if ever."""
-    raw = ((status or {}).get("plan") or {}).get("engineReplannedAt")
-    if raw is None:
+    raw = _at(status, "plan", "engineReplannedAt")
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
         return None
     try:
-        return float(unix_time(raw))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        when = unix_time(raw)
+    except ValueError:
         return None
+    return float(when) if isinstance(when, int | float) else None
 
 
 def stamped(plan: Plan, replanned_at: float | None) -> Plan:
     return plan if replanned_at is None else plan.model_copy(update={"engine_replanned_at": replanned_at})
 
 
-def engine_replanned_event(before: Mapping[str, Any] | None, status: Mapping[str, Any]) -> Event | None:
+def engine_replanned_event(before: object, status: object) -> Event | None:
     """A Normal Event when the engine changes for measured hardware (or back to the catalog's estimates)."""
-    old_plan, new_plan = (before or {}).get("plan") or {}, status.get("plan") or {}
     old, new = pinned_steps(before), pinned_steps(status)
-    if old == new or not old_plan or old_plan.get("displayName") != new_plan.get("displayName"):
+    if old == new or not isinstance(_at(before, "plan"), Mapping):
+        return None
+    if _at(before, "plan", "displayName") != _at(status, "plan", "displayName"):
         return None
     flags = (
-        f"--max-num-batched-tokens {old_plan.get('maxNumBatchedTokens')} -> {new_plan.get('maxNumBatchedTokens')}, "
-        f"--max-num-seqs {old_plan.get('maxNumSeqs')} -> {new_plan.get('maxNumSeqs')}"
+        f"--max-num-batched-tokens {_at(before, 'plan', 'maxNumBatchedTokens')} -> "
+        f"{_at(status, 'plan', 'maxNumBatchedTokens')}, "
+        f"--max-num-seqs {_at(before, 'plan', 'maxNumSeqs')} -> {_at(status, 'plan', 'maxNumSeqs')}"
     )
     if new is None:
         return Event(
