@@ -139,9 +139,14 @@ def reconcile(
         "conditions": _wire(conditions),
         "selector": selector_string(svc.metadata.name),
         "accelerator": plan.display_name,
-        "plan": replacing((body.get("status") or {}).get("plan"), plan.to_wire()),
+        "plan": replacing(_previous_plan(body), plan.to_wire()),
     }
     return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)
+
+
+def _previous_plan(body: Mapping[str, Any]) -> Any:
+    status = body.get("status")
+    return status.get("plan") if isinstance(status, Mapping) else None
 
 
 def replacing(old: Any, new: dict[str, Any]) -> dict[str, Any]:
