@@ -29,6 +29,7 @@ restart of the operator loses nothing. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -45,6 +46,7 @@ MIN_BUDGET_CHANGE = 0.1
 # At most one engine change per this long.
 MIN_INTERVAL_SECONDS = 3600.0
 ENGINE_REPLANNED = "EngineReplanned"
+_Model = TypeVar("_Model", MeasuredSteps, StepCalibration)
 
 
 def _at(value: object, *path: str) -> object:
@@ -57,25 +59,24 @@ def _at(value: object, *path: str) -> object:
     return value
 
 
-def pinned_steps(status: object) -> MeasuredSteps | None:
-    """The measured factors the engine was last planned with (status.plan.measuredSteps), if any."""
-    raw = _at(status, "plan", "measuredSteps")
+def _typed_at(model: type[_Model], status: object, *path: str) -> _Model | None:
+    """The object at `path` in status as `model`, or None where it is missing or not one."""
+    raw = _at(status, *path)
     if not isinstance(raw, Mapping):
         return None
     try:
-        return MeasuredSteps.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError:
         return None
+
+
+def pinned_steps(status: object) -> MeasuredSteps | None:
+    """The measured factors the engine was last planned with (status.plan.measuredSteps), if any."""
+    return _typed_at(MeasuredSteps, status, "plan", "measuredSteps")
 
 
 def _calibration(status: object) -> StepCalibration | None:
-    raw = _at(status, "autoscaling", "state", "stepCalibration")
-    if not isinstance(raw, Mapping):
-        return None
-    try:
-        return StepCalibration.model_validate(raw)
-    except ValidationError:
-        return None
+    return _typed_at(StepCalibration, status, "autoscaling", "state", "stepCalibration")
 
 
 def engine_plan(plan_with: Callable[[MeasuredSteps | None], Plan], status: object, now: float) -> Plan:
