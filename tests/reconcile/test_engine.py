@@ -30,13 +30,16 @@ from llama_operator.catalog.performance import StepModel
 from llama_operator.planning import PlanningConfig, plan_service
 from llama_operator.reconcile.autoscaling import autoscaler_state
 from llama_operator.reconcile.engine import (
+    DEFAULT_POLICY,
     ENGINE_REPLANNED,
-    MIN_INTERVAL_SECONDS,
-    MIN_OBSERVATIONS,
+    ReplanPolicy,
     engine_plan,
     engine_replanned_event,
 )
 from llama_operator.reconcile.outcome import plan_llamaservice, reconcile
+
+MIN_OBSERVATIONS = DEFAULT_POLICY.min_observations
+MIN_INTERVAL_SECONDS = DEFAULT_POLICY.min_interval_seconds
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 SPEC = {
@@ -318,3 +321,20 @@ def test_whatever_a_body_holds_in_status_the_plan_is_the_catalogs(hostile: objec
     assert engine_replanned_event(hostile, {"plan": plan.to_wire()}) is None
     _, dry = plan_llamaservice(body, Settings(), None)
     assert dry.vllm_args == CATALOG_PLAN.vllm_args
+
+
+def test_the_platform_sets_how_soon_and_can_turn_re_planning_off() -> None:
+    """config.engineReplanMinObservations and engineReplanIntervalSeconds; an interval of 0 plans every
+    engine with the catalog's estimates, including one planned for measured hardware before."""
+    short = fitted_on(CATALOG_PLAN, speed_factors(1.3), cycles=40)
+    assert engine_plan(plan_with, status(CATALOG_PLAN, short), NOW.timestamp()) == CATALOG_PLAN
+    eager = ReplanPolicy(min_observations=20, min_interval_seconds=600)
+    first = engine_plan(plan_with, status(CATALOG_PLAN, short), NOW.timestamp(), eager)
+    assert first.measured_steps is not None
+    body = {"metadata": {"name": "chat"}, "spec": SPEC, "status": status(first, short)}
+    off = Settings(engine_replan_interval_seconds=0)
+    for now in (NOW.timestamp(), None):
+        _, plan = plan_llamaservice(body, off, None, now)
+        assert plan.measured_steps is None and plan.vllm_args == CATALOG_PLAN.vllm_args
+    _, kept = plan_llamaservice(body, Settings(), None, NOW.timestamp() + 1)
+    assert kept.measured_steps == first.measured_steps

@@ -75,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sim.add_argument("--output-tokens", type=int, default=100, help="with --rate (default 100)")
     sim.add_argument("--poll-interval", type=float, default=1.0, help="seconds between pod listings")
     sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument(
+        "--hardware-speed",
+        type=float,
+        default=1.0,
+        help="replicas this many times as fast as the catalog's step model says (default 1): what the "
+        "operator's step calibration measures, and re-plans the engine for where faster",
+    )
     sim.add_argument("--verbose", action="store_true", help="log every HTTP request")
     sim.set_defaults(func=run_fleet_sim)
 
@@ -150,6 +157,7 @@ def run_fleet_sim(args: argparse.Namespace) -> int:
         model=None if args.model == "auto" else args.model,
         default_load=default,
         seed=args.seed,
+        hardware_speed=args.hardware_speed,
     )
     simulator = FleetSimulator(
         engine,

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from llama_bench.fleetsim.exposition import PodGauges, PodStats, render
 from llama_bench.fleetsim.load import Arrivals, LoadSpec, arrivals
-from llama_bench.sim.accelerators import ReplicaProfile, replica_profile
+from llama_bench.sim.accelerators import ReplicaProfile, at_speed, replica_profile
 from llama_bench.sim.replica import Phase, Replica, SimRequest, StepResult
 
 ServiceKey = tuple[str, str]  # (namespace, llamaservice)
@@ -110,9 +110,14 @@ class FleetEngine:
         model: str | None = None,
         default_load: LoadSpec | None = None,
         seed: int = 0,
+        hardware_speed: float = 1.0,
     ) -> None:
         """`accelerator`, `model`: `sim.accelerators` names for every replica; None (default): each
-        LlamaService's plan, else t4 / llama-3.2-1b."""
+        LlamaService's plan, else t4 / llama-3.2-1b. `hardware_speed`: the replicas' hardware this many
+        times as fast as the catalog says (what the operator's step calibration should find)."""
+        if hardware_speed <= 0:
+            raise ValueError(f"hardware speed must be positive, not {hardware_speed}")
+        self.hardware_speed = hardware_speed
         replica_profile(accelerator or FALLBACK_ACCELERATOR, model or FALLBACK_MODEL)  # fail early
         self.accelerator = accelerator
         self.model = model
@@ -206,6 +211,7 @@ class FleetEngine:
                 profile = replica_profile(FALLBACK_ACCELERATOR, FALLBACK_MODEL, max_num_seqs=key[2])
             if key[3] is not None:
                 profile = replace(profile, max_num_batched_tokens=key[3])
+            profile = at_speed(profile, self.hardware_speed)
             self._profiles[key] = profile
         return profile
 

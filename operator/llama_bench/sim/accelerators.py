@@ -14,12 +14,13 @@ The step-time model (catalog/performance.py, design brief "Simulator calibration
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
 from llama_operator.catalog.accelerators import ACCELERATORS as CATALOG
+from llama_operator.catalog.performance import STEP_OVERHEAD_SECONDS
 from llama_operator.planning.planner import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     PlanningConfig,
@@ -132,4 +133,19 @@ def replica_profile(
         price_per_hour=plan.price_per_hour,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=plan.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    )
+
+
+def at_speed(
+    profile: ReplicaProfile, speed: float, overhead: float = STEP_OVERHEAD_SECONDS
+) -> ReplicaProfile:
+    """The replica on hardware `speed` times as fast as the data sheet (and the catalog's efficiency
+    estimates) in bandwidth and compute; the fixed time per step, `overhead`, is the host's: unchanged."""
+    if speed == 1.0:
+        return profile
+    return replace(
+        profile,
+        step_base_seconds=overhead + (profile.step_base_seconds - overhead) / speed,
+        seconds_per_context_token=profile.seconds_per_context_token / speed,
+        seconds_per_prefill_token=profile.seconds_per_prefill_token / speed,
     )

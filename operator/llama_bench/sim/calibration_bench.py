@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llama_bench.sim.accelerators import ReplicaProfile
+from llama_bench.sim.accelerators import ReplicaProfile, at_speed
 from llama_bench.sim.fleet import simulate
 from llama_bench.sim.policies import SloPolicy
 from llama_bench.sim.report import RunSummary, itl_windows_within, summarize, ttft_windows_within
@@ -47,12 +47,7 @@ def _overhead(plan: Plan) -> float:
 def on_hardware(profile: ReplicaProfile, speed: float, overhead: float) -> ReplicaProfile:
     """The replica on hardware `speed` times as fast as the data sheet in bandwidth and compute (the
     fixed time per step is the host's: unchanged)."""
-    return replace(
-        profile,
-        step_base_seconds=overhead + (profile.step_base_seconds - overhead) / speed,
-        seconds_per_context_token=profile.seconds_per_context_token / speed,
-        seconds_per_prefill_token=profile.seconds_per_prefill_token / speed,
-    )
+    return at_speed(profile, speed, overhead)
 
 
 def exact_plan(plan: Plan, speed: float) -> Plan:

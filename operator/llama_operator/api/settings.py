@@ -333,6 +333,25 @@ class Settings(BaseModel):
     termination_grace_seconds: Annotated[
         int, Field(description="vLLM pods' grace period: in-flight requests drain this long on scale-down.")
     ] = 120
+    engine_replan_interval_seconds: Annotated[
+        float,
+        Field(
+            description="Where a service's replicas prove faster than the catalog's step estimates, its vLLM "
+            "engine (--max-num-batched-tokens, --max-num-seqs) is re-planned for the measured hardware, which "
+            "rolls its pods: at most once per this many seconds. 0: never; engines keep the catalog's "
+            "estimates.",
+            ge=0,
+        ),
+    ] = 3600.0
+    engine_replan_min_observations: Annotated[
+        float,
+        Field(
+            description="Observations (steady autoscaler evaluations, older ones discounted) the step "
+            "calibration must hold before it re-plans an engine: about half its memory by default.",
+            ge=1,
+            le=100,
+        ),
+    ] = 50.0
     status_refresh_seconds: Annotated[
         float,
         Field(

@@ -9,10 +9,12 @@ step a larger prompt chunk (and, under a TPOT objective, a larger batch) within 
 each replica prefills and decodes more, and the fleet needs fewer. A new engine restarts every replica
 (a rolling update, one cold start each), so it is adopted only when:
 
-- the fit holds enough observations (MIN_OBSERVATIONS) on the accelerator the plan runs on;
+- the fit holds enough observations (config.engineReplanMinObservations, 50) on the accelerator the
+  plan runs on;
 - the step budget changes by at least MIN_BUDGET_CHANGE from the engine running now (hysteresis: a
   fit that wanders by a few percent never restarts anything);
-- MIN_INTERVAL_SECONDS have passed since the last change;
+- config.engineReplanIntervalSeconds (an hour; 0 turns re-planning off) have passed since the last
+  change;
 - never to a smaller engine than the catalog's. On hardware slower than the catalog says, a smaller
   chunk would meet the TPOT objective in every step, but it cuts the longest prompt a replica prefills
   within the TTFT objective, which no number of replicas buys back (docs/bench/calibration.md: 63-80 %
@@ -29,22 +31,40 @@ restart of the operator loses nothing. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import ValidationError
 
 from llama_operator.api.autoscaling import StepCalibration, unix_time
 from llama_operator.api.plan import MeasuredSteps, Plan
+from llama_operator.api.settings import Settings
 from llama_operator.autoscale.calibration import planning_factors
 from llama_operator.reconcile.execution import Event
 
-# Observations (evaluation cycles, discounted) the fit must hold before it plans an engine: ~half the
-# fit's memory (autoscale/calibration.py: FORGETTING 0.99, ~100 cycles).
-MIN_OBSERVATIONS = 50.0
 # The step budget must move by this share before a new engine is worth a rolling restart.
 MIN_BUDGET_CHANGE = 0.1
-# At most one engine change per this long.
-MIN_INTERVAL_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class ReplanPolicy:
+    """The platform's settings for it (config.engineReplanIntervalSeconds, engineReplanMinObservations)."""
+
+    # Observations (evaluation cycles, discounted) the fit must hold before it plans an engine: by default
+    # ~half the fit's memory (autoscale/calibration.py: FORGETTING 0.99, ~100 cycles).
+    min_observations: float
+    # At most one engine change per this long; 0: never (the catalog's estimates plan every engine).
+    min_interval_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReplanPolicy:
+        return cls(
+            min_observations=settings.engine_replan_min_observations,
+            min_interval_seconds=settings.engine_replan_interval_seconds,
+        )
+
+
+DEFAULT_POLICY = ReplanPolicy.from_settings(Settings())
 ENGINE_REPLANNED = "EngineReplanned"
 _Model = TypeVar("_Model", MeasuredSteps, StepCalibration)
 
@@ -79,16 +99,24 @@ def _calibration(status: object) -> StepCalibration | None:
     return _typed_at(StepCalibration, status, "autoscaling", "state", "stepCalibration")
 
 
-def engine_plan(plan_with: Callable[[MeasuredSteps | None], Plan], status: object, now: float) -> Plan:
+def engine_plan(
+    plan_with: Callable[[MeasuredSteps | None], Plan],
+    status: object,
+    now: float,
+    policy: ReplanPolicy = DEFAULT_POLICY,
+) -> Plan:
     """The plan to run: `plan_with(factors)` plans the service with measured factors (None: the catalog's).
     The engine planned last stays unless the service's calibration changes it enough (module docstring);
-    the plan carries when it last changed (`engineReplannedAt`)."""
+    the plan carries when it last changed (`engineReplannedAt`). With re-planning off, every engine is the
+    catalog's."""
     last = last_replanned(status)
+    if policy.min_interval_seconds <= 0:
+        return stamped(plan_with(None), last)
     current = stamped(plan_with(pinned_steps(status)), last)
     calibration = _calibration(status)
-    if calibration is None or calibration.observations < MIN_OBSERVATIONS:
+    if calibration is None or calibration.observations < policy.min_observations:
         return current
-    if last is not None and now - last < MIN_INTERVAL_SECONDS:
+    if last is not None and now - last < policy.min_interval_seconds:
         return current
     # The fit describes the replicas that ran the plan in status: only that accelerator's engine follows it.
     measured_on = _at(status, "plan", "displayName")
