@@ -13,6 +13,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,40 @@ from kubernetes import client, config
 
 from llama_bench.fleetsim.client import FleetClient
 from localcluster.info import ClusterInfo
-from support import GROUP, eventually, repo_root, wait_healthz
+from support import GROUP, Cluster, OperatorProcess, eventually, repo_root, wait_healthz
 
 VERSION, PLURAL = "v1alpha1", "llamaservices"
+
+
+@contextmanager
+def running_fleet(info: ClusterInfo, log_dir: Path, *args: str) -> Iterator[FleetProcess]:
+    """`llama-bench fleet-sim ARGS` for the block; it must stop cleanly on SIGTERM."""
+    proc = FleetProcess(info, log_dir, list(args))
+    proc.start()
+    yield proc
+    code = proc.stop()
+    assert code == 0, f"fleet-sim did not stop cleanly on SIGTERM ({code}):\n{proc.tail()}"
+
+
+@contextmanager
+def closed_loop_operator(
+    cluster: Cluster, log_dir: Path, *, interval: float, window: float, cold_start: str, **env: str
+) -> Iterator[OperatorProcess]:
+    """The operator for a closed loop with the fleet simulator: it decides every `interval` seconds over a
+    `window`-second signal window, and kwok makes each pod Ready `cold_start` after it runs."""
+    proc = OperatorProcess(
+        cluster,
+        log_dir=log_dir,
+        extra_env={
+            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": f"{interval:g}",
+            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": f"{window:g}",
+            "LLAMA_OPERATOR_POD_ANNOTATIONS": f'{{"pod-ready.stage.kwok.x-k8s.io/delay": "{cold_start}"}}',
+            **env,
+        },
+    )
+    proc.start()
+    yield proc
+    proc.stop()
 
 
 @dataclass

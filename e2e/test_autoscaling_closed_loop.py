@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import FleetProcess, Kube, Prometheus
+from fleet import FleetProcess, Kube, Prometheus, closed_loop_operator, running_fleet
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.settings import Settings
@@ -112,29 +112,19 @@ class Timeline:
 
 @pytest.fixture(scope="module")
 def fleet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetProcess]:
-    proc = FleetProcess(cluster.info, tmp_path_factory.mktemp("fleet"))
-    proc.start()
-    yield proc
-    code = proc.stop()
-    assert code == 0, f"fleet-sim did not stop cleanly on SIGTERM ({code}):\n{proc.tail()}"
+    with running_fleet(cluster.info, tmp_path_factory.mktemp("fleet")) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def autoscaling_operator(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={
-            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": f"{INTERVAL:g}",
-            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": f"{WINDOW:g}",
-            "LLAMA_OPERATOR_POD_ANNOTATIONS": f'{{"pod-ready.stage.kwok.x-k8s.io/delay": "{COLD_START}"}}',
-        },
-    )
-    proc.start()
-    yield proc
-    proc.stop()
+    log_dir = tmp_path_factory.mktemp("operator")
+    with closed_loop_operator(
+        cluster, log_dir, interval=INTERVAL, window=WINDOW, cold_start=COLD_START
+    ) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import FleetProcess, Kube
+from fleet import FleetProcess, Kube, closed_loop_operator, running_fleet
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.settings import Settings
 from llama_operator.reconcile.engine import ENGINE_REPLANNED
@@ -66,33 +66,26 @@ LOAD = LoadSpec(
 
 @pytest.fixture(scope="module")
 def fast_fleet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetProcess]:
-    proc = FleetProcess(cluster.info, tmp_path_factory.mktemp("fleet"), [f"--hardware-speed={SPEED:g}"])
-    proc.start()
-    yield proc
-    code = proc.stop()
-    assert code == 0, f"fleet-sim did not stop cleanly on SIGTERM ({code}):\n{proc.tail()}"
+    with running_fleet(cluster.info, tmp_path_factory.mktemp("fleet"), f"--hardware-speed={SPEED:g}") as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def autoscaling_operator(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
+    with closed_loop_operator(
         cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={
-            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": f"{INTERVAL:g}",
-            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": f"{WINDOW:g}",
-            "LLAMA_OPERATOR_POD_ANNOTATIONS": '{"pod-ready.stage.kwok.x-k8s.io/delay": "5s"}',
-            "LLAMA_OPERATOR_ENGINE_REPLAN_MIN_OBSERVATIONS": f"{MIN_OBSERVATIONS}",
-            # The reconciler reads the calibration the autoscaler writes at its periodic resync (status
-            # writes do not wake it): 300 s in production, where engines change at most hourly.
-            "LLAMA_OPERATOR_RESYNC_SECONDS": "20",
-        },
-    )
-    proc.start()
-    yield proc
-    proc.stop()
+        tmp_path_factory.mktemp("operator"),
+        interval=INTERVAL,
+        window=WINDOW,
+        cold_start="5s",
+        LLAMA_OPERATOR_ENGINE_REPLAN_MIN_OBSERVATIONS=f"{MIN_OBSERVATIONS}",
+        # The reconciler reads the calibration the autoscaler writes at its periodic resync (status writes
+        # do not wake it): 300 s in production, where engines change at most hourly.
+        LLAMA_OPERATOR_RESYNC_SECONDS="20",
+    ) as proc:
+        yield proc
 
 
 @pytest.fixture
