@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llama_bench.sim.accelerators import ReplicaProfile, at_speed
+from llama_bench.sim.accelerators import at_speed
 from llama_bench.sim.fleet import simulate
 from llama_bench.sim.policies import SloPolicy
 from llama_bench.sim.report import RunSummary, itl_windows_within, summarize, ttft_windows_within
@@ -42,12 +42,6 @@ SCENARIO = Scenario(accelerator="t4", model="llama-3.2-1b", slo_ttft_seconds=1.0
 
 def _overhead(plan: Plan) -> float:
     return STEP_OVERHEAD_SECONDS + (EAGER_STEP_OVERHEAD_SECONDS if plan.enforce_eager else 0.0)
-
-
-def on_hardware(profile: ReplicaProfile, speed: float, overhead: float) -> ReplicaProfile:
-    """The replica on hardware `speed` times as fast as the data sheet in bandwidth and compute (the
-    fixed time per step is the host's: unchanged)."""
-    return at_speed(profile, speed, overhead)
 
 
 def exact_plan(plan: Plan, speed: float) -> Plan:
@@ -134,7 +128,7 @@ def run_speed(
     runner = ScenarioRunner(scenario, trace)
     plan = scenario.plan()
     assert plan is not None  # a TPOT objective: the planner's engine
-    config = replace(runner.config, profile=on_hardware(runner.config.profile, speed, _overhead(plan)))
+    config = replace(runner.config, profile=at_speed(runner.config.profile, speed, _overhead(plan)))
     spec = scenario.spec()
     runs: list[CalibrationRun] = []
     plans = {

@@ -43,27 +43,13 @@ class SloPolicy:
     replans: list[tuple[float, Plan]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        plan = self.plan
-        self.state = AutoscalerState(
+        prior = AutoscalerState(
             capacity_tokens_per_second=self.capacity_prior,
             capacity_prior_tokens_per_second=self.capacity_prior,
-            # As the reconciler seeds it from status.plan (reconcile.autoscaling.autoscaler_state).
-            decode_step_seconds=plan.decode_step_seconds or None if plan else None,
-            decode_seconds_per_context_token=plan.decode_seconds_per_context_token or None if plan else None,
-            prefill_seconds_per_token=plan.prefill_seconds_per_token or None if plan else None,
-            chunk_tokens=max(plan.max_num_batched_tokens - plan.max_num_seqs, 1)
-            if plan and plan.max_num_batched_tokens
-            else None,
-            max_num_seqs=plan.max_num_seqs or None if plan else None,
-            kv_cache_tokens=plan.kv_cache_tokens or None if plan else None,
-            plan_factors=None
-            if plan is None or plan.measured_steps is None
-            else [
-                plan.measured_steps.bandwidth_efficiency,
-                plan.measured_steps.compute_efficiency,
-                plan.measured_steps.step_overhead_seconds,
-            ],
         )
+        # The plan's step figures, as the reconciler seeds them from status.plan.
+        plan = self.plan
+        self.state = prior if plan is None else autoscaler_state({"plan": plan.to_wire()}, remembered=prior)
 
     def initial_replicas(self) -> int:
         return self.spec.min_replicas

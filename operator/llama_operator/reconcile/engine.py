@@ -102,19 +102,19 @@ def _calibration(status: object) -> StepCalibration | None:
 def engine_plan(
     plan_with: Callable[[MeasuredSteps | None], Plan],
     status: object,
-    now: float,
+    now: float | None,
     policy: ReplanPolicy = DEFAULT_POLICY,
 ) -> Plan:
     """The plan to run: `plan_with(factors)` plans the service with measured factors (None: the catalog's).
     The engine planned last stays unless the service's calibration changes it enough (module docstring);
     the plan carries when it last changed (`engineReplannedAt`). With re-planning off, every engine is the
-    catalog's."""
+    catalog's. `now` None (a dry run): the engine status holds, never a new one."""
     last = last_replanned(status)
     if policy.min_interval_seconds <= 0:
         return stamped(plan_with(None), last)
     current = stamped(plan_with(pinned_steps(status)), last)
     calibration = _calibration(status)
-    if calibration is None or calibration.observations < policy.min_observations:
+    if now is None or calibration is None or calibration.observations < policy.min_observations:
         return current
     if last is not None and now - last < policy.min_interval_seconds:
         return current

@@ -19,7 +19,7 @@ from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
-from llama_operator.reconcile.engine import ReplanPolicy, engine_plan, last_replanned, pinned_steps, stamped
+from llama_operator.reconcile.engine import ReplanPolicy, engine_plan
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,7 @@ def plan_llamaservice(
             spec, name=svc.metadata.name, config=config, inventory=inventory, measured=measured
         )
 
-    policy = ReplanPolicy.from_settings(settings)
-    if now is None:
-        if policy.min_interval_seconds <= 0:
-            return svc, stamped(plan_with(None), last_replanned(status))
-        return svc, stamped(plan_with(pinned_steps(status)), last_replanned(status))
-    return svc, engine_plan(plan_with, status, now, policy)
+    return svc, engine_plan(plan_with, status, now, ReplanPolicy.from_settings(settings))
 
 
 def reconcile(

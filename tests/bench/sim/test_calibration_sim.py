@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from llama_bench.sim.calibration_bench import SCENARIO, on_hardware, run_speed, truth
+from llama_bench.sim.accelerators import at_speed
+from llama_bench.sim.calibration_bench import SCENARIO, run_speed, truth
 from llama_bench.sim.fleet import simulate
 from llama_bench.sim.oracle import FixedReplicas
 from llama_bench.sim.scenario import ScenarioRunner
@@ -86,7 +87,7 @@ def test_the_share_of_tokens_from_chunk_carrying_steps_is_the_simulated_engines(
     spec = TraceSpec("steady", 1, 10, rate, Lengths("lognormal", 1300, 0.3), Lengths("lognormal", 250, 0.3))
     trace = generate(spec)
     runner = ScenarioRunner(SCENARIO, trace)
-    profile = on_hardware(runner.config.profile, 0.7, STEP_OVERHEAD_SECONDS)
+    profile = at_speed(runner.config.profile, 0.7, STEP_OVERHEAD_SECONDS)
     result = simulate(trace, FixedReplicas(1), replace(runner.config, profile=profile))
     counts = result.snapshots[-1].itl_bucket_counts
     over = sum(counts[VLLM_ITL_BUCKETS.index(0.05) + 1 :]) / sum(counts)
