@@ -235,6 +235,7 @@ def test_a_held_request_reports_demand_until_a_pod_is_ready_then_is_served() -> 
             assert not request.done(), "held while no pod is ready"
             assert len(view.demands) >= 2, "demand reported, and repeated while held"
             assert {(k, uid) for k, uid, _ in view.demands} == {(KEY, "uid-1")}
+            ready_at = time.time()
             view.turn_ready(KEY, upstream)
             status, _, data, seconds = await request
             assert status == 200 and data == b"".join(CHUNKS)
@@ -243,8 +244,11 @@ def test_a_held_request_reports_demand_until_a_pod_is_ready_then_is_served() -> 
                 if view.activations:
                     break
                 await asyncio.sleep(0.1)
-            # timed from the request's arrival at the router, a few ms after the client started it
-            assert len(view.activations) == 1 and view.activations[0][1] >= 0.6
+            # Timed from the request's arrival at the router: before its first demand report, and on a loaded
+            # machine well after the client started it (a CI run: 0.53 s of the client's 0.7 s), so bounded
+            # by what the router itself showed: held from that report at the latest until the pod was ready.
+            first_report = view.demands[0][2]
+            assert len(view.activations) == 1 and view.activations[0][1] >= ready_at - first_report - 0.01
 
     run(scenario())
 
