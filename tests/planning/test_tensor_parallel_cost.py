@@ -4,6 +4,7 @@ accelerator reaches is reported as such, not as a memory misfit."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 from llama_operator.catalog.performance import step_model
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
+from llama_operator.planning.planner import MIN_TPOT_CHUNK_TOKENS, TPOT_CHUNK_SHARE
 from tests.planning.builders import LLAMA_1B
+from tests.planning.test_tpot_floor import eight_gpu_node
 
 NODES = Path(__file__).parents[2] / "e2e" / "nodes"
 
@@ -100,3 +103,26 @@ def test_tensor_parallel_for_memory_is_unchanged_without_a_tpot() -> None:
     body = {"model": {"name": LLAMA_1B}, "accelerator": {"type": "auto"}}
     chosen = plan_service(LlamaServiceSpec.model_validate(body), name="chat", config=PlanningConfig())
     assert chosen.count == 1
+
+
+def test_a_tensor_parallel_prompt_chunk_takes_its_share_of_the_objective_all_reduces_included() -> None:
+    # Each prompt token of a step also moves its activations through the all-reduces: sized on its compute
+    # alone, the chunk took nearly all of the objective's slack and left a decode batch of 3 to 8.
+    for tpot in (0.008, 0.01, 0.012, 0.015):
+        chosen = plan_service(
+            spec(tpot), name="chat", config=PlanningConfig(), inventory=eight_gpu_node("l4")
+        )
+        assert chosen.accelerator == "l4" and chosen.count > 1, chosen.display_name
+        steps = llama_1b_on("l4", chosen.count)
+        assert steps.seconds_per_step_token > 0
+        assert steps.weight_read_seconds == pytest.approx(chosen.decode_step_seconds, rel=1e-3)
+        why = next(n for n in chosen.notes if n.startswith("maxNumSeqs"))
+        found = re.search(r"beside a (\d+)-token prompt chunk", why)
+        assert found, why
+        chunk = int(found.group(1))
+        slack = tpot - steps.step_seconds(1, 2048)
+        assert (
+            chunk == MIN_TPOT_CHUNK_TOKENS
+            or chunk * steps.seconds_per_chunk_token <= TPOT_CHUNK_SHARE * slack
+        )
+        assert steps.step_seconds(chosen.max_num_seqs, 2048, chunk) <= tpot

@@ -818,6 +818,19 @@ class _TpotTuning:
     why: str
 
 
+def _tpot_floor(steps: StepModel, config: PlanningConfig) -> float:
+    """The smallest TPOT objective `_tpot_tuning` can plan on a replica: one typical sequence decoding
+    beside the smallest prompt chunk it runs (every step that takes a prompt chunk is an inter-token
+    interval, so a replica whose steps cannot take even that chunk within the objective never prefills)."""
+    return steps.step_seconds(1, float(config.typical_sequence_tokens), MIN_TPOT_CHUNK_TOKENS)
+
+
+def _tpot_advice(floor_seconds: float) -> float:
+    """An objective to suggest above a floor: 10 % beyond it, rounded up to the millisecond (a value the
+    planner then meets on the hardware the floor was computed for)."""
+    return math.ceil(floor_seconds * 1000 * 1.1) / 1000
+
+
 def _tpot_tuning(
     request: _Request, candidate: Candidate, steps: StepModel, config: PlanningConfig
 ) -> _TpotTuning | None:
@@ -835,25 +848,23 @@ def _tpot_tuning(
     tpot = slo.tpot_seconds
     context = float(config.typical_sequence_tokens)
     one = steps.step_seconds(1, context)
-    if one >= tpot:
+    floor = _tpot_floor(steps, config)
+    if tpot < floor:
         raise PlanningError(
-            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name}: one decode step of "
-            f"{request.model_name} is estimated at {one * 1000:.1f} ms even for a single sequence (reading "
-            f"the weights alone takes {steps.weight_read_seconds * 1000:.1f} ms); raise tpotSeconds or use a "
-            "faster accelerator"
+            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name}: the fastest step of "
+            f"{request.model_name} that also takes a prompt chunk is estimated at {floor * 1000:.1f} ms (one "
+            f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token chunk, "
+            f"the smallest the engine is given; {one * 1000:.1f} ms without the chunk, reading the weights "
+            f"alone {steps.weight_read_seconds * 1000:.1f} ms); raise autoscaling.slo.tpotSeconds to at least "
+            f"{_tpot_advice(floor):g} or use a faster accelerator"
         )
     # The chunk and the batch share what the objective leaves: a bigger chunk prefills faster (fewer
     # weight reads per prompt token) but leaves room for fewer decoding sequences.
     chunk = max(
-        MIN_TPOT_CHUNK_TOKENS, math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_prefill_token)
+        MIN_TPOT_CHUNK_TOKENS, math.floor(TPOT_CHUNK_SHARE * (tpot - one) / steps.seconds_per_chunk_token)
     )
     chunk = min(chunk - chunk % KV_BLOCK_TOKENS, MAX_CHUNK_TOKENS)
-    batch = steps.tpot_batch(tpot, chunk, context)
-    if batch < 1:
-        raise PlanningError(
-            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name} beside prompt chunks of "
-            f"{chunk} tokens (the smallest run): raise tpotSeconds or use a faster accelerator"
-        )
+    batch = max(1, steps.tpot_batch(tpot, chunk, context))  # >= 1 at or above the floor
     if batch >= 8:
         batch -= batch % 8  # vLLM captures CUDA graphs for batch sizes in steps of 8
     step = steps.step_seconds(batch, context, chunk)
@@ -1266,16 +1277,15 @@ def _raise_if_tpot_unreachable(
     if slo is None or slo.tpot_seconds is None:
         return
     relaxed = replace(request, slo=slo.model_copy(update={"tpot_seconds": None}))
-    context = float(config.typical_sequence_tokens)
     fastest: tuple[float, Candidate] | None = None
     for option in options:
         candidate = _place(option, config, inventory).candidate if inventory is not None else option
         sized = _try_size(relaxed, candidate, config)
         if sized is None:
             continue
-        one = sized.steps.step_seconds(1, context)
-        if fastest is None or one < fastest[0]:
-            fastest = (one, candidate)
+        floor = _tpot_floor(sized.steps, config)
+        if fastest is None or floor < fastest[0]:
+            fastest = (floor, candidate)
     if fastest is None:
         return  # memory is the reason: the caller says so
     where = (
@@ -1286,9 +1296,9 @@ def _raise_if_tpot_unreachable(
     raise PlanningError(
         f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met by any accelerator {where}: the "
         f"best achievable TPOT for {request.model_name} is ~{fastest[0] * 1000:.1f} ms per token (one "
-        f"sequence of {config.typical_sequence_tokens} tokens on {fastest[1].name}, all-reduces included); "
-        f"raise autoscaling.slo.tpotSeconds to at least {math.ceil(fastest[0] * 1000 * 1.1) / 1000:g} or "
-        "make a faster accelerator available"
+        f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token prompt "
+        f"chunk on {fastest[1].name}, all-reduces included); raise autoscaling.slo.tpotSeconds to at least "
+        f"{_tpot_advice(fastest[0]):g} or make a faster accelerator available"
     )
 
 
