@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 from tests.vllm_args.test_vllm_parser import VLLM_PYTHON
 
 pytestmark = pytest.mark.vllm

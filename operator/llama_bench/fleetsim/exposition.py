@@ -14,8 +14,9 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_PROMPT_TOKEN_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_PROMPT_TOKEN_BUCKETS, VLLM_TTFT_BUCKETS
 from llama_operator.catalog import vllm
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vllm.v1.engine.FinishReason

@@ -13,7 +13,6 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 from llama_operator.autoscale.signals import (
-    VLLM_ITL_BUCKETS,
     VLLM_PROMPT_TOKEN_BUCKETS,
     VLLM_TTFT_BUCKETS,
     Signals,
@@ -21,6 +20,7 @@ from llama_operator.autoscale.signals import (
     cumulative_buckets,
     histogram_quantile,
 )
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 
 
 class TtftHistogram:

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 
 from llama_bench.sim.fleet import SimulationResult
 from llama_bench.sim.metrics import FleetSnapshot
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, cumulative_buckets, histogram_quantile
+from llama_operator.autoscale.signals import cumulative_buckets, histogram_quantile
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 
 FLAP_SECONDS = 300.0
 WINDOW_SECONDS = 60.0

@@ -6,6 +6,8 @@ its arguments."""
 
 from __future__ import annotations
 
+import math
+
 VLLM_PORT = 8000
 MODEL_CACHE_PATH = "/models"
 
@@ -15,6 +17,37 @@ VLLM_TTFT = "vllm:time_to_first_token_seconds"  # includes the time queued
 # TPOT: vLLM 0.32 observes every inter-token interval here (vllm:time_per_output_token_seconds, its old
 # name, is removed; vllm:request_time_per_output_token_seconds is one mean per request).
 VLLM_ITL = "vllm:inter_token_latency_seconds"
+# Its bucket bounds (vllm/v1/metrics/buckets.py, INTER_TOKEN_LATENCY_BUCKETS in 0.32); +Inf is implied.
+VLLM_ITL_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+
+
+def measurable_tpot(objective: float) -> float:
+    """The inter-token latency a TPOT objective is planned and sized for: the largest bound of
+    vllm:inter_token_latency_seconds at or below it (the objective itself below the smallest bound).
+
+    The percentile the autoscaler and the alerts read is Prometheus' histogram_quantile, which places it
+    between two bounds by linear interpolation: with a 30 ms objective between the 25 and 50 ms bounds, steps
+    of 26-29 ms (every one within the objective) read as up to 49 ms; the percentile reads within 30 ms only
+    once ~94 % of the tokens come within 25 ms. Tokens planned within the bound below read as met."""
+    below = [bound for bound in VLLM_ITL_BUCKETS if bound <= objective + 1e-12]
+    return max(below) if below else objective
+
+
+def measurable_tpot_at_least(floor_seconds: float) -> float:
+    """The smallest TPOT objective whose measurable value (`measurable_tpot`) is at least `floor_seconds`:
+    the floor rounded up to the millisecond with 10 % to spare below the smallest bound, else the smallest
+    bound at or above it."""
+    spared = math.ceil(floor_seconds * 1000 * 1.1) / 1000
+    if spared < VLLM_ITL_BUCKETS[0]:
+        return spared
+    return min(
+        (bound for bound in VLLM_ITL_BUCKETS if bound >= floor_seconds - 1e-12), default=VLLM_ITL_BUCKETS[-1]
+    )
+
+
 VLLM_E2E_LATENCY = "vllm:e2e_request_latency_seconds"
 VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # per request: the prompt lengths

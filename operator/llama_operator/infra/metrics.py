@@ -32,7 +32,8 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS, VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 from llama_operator.observability import names as n
 
 SERVICE_LABELS = ("namespace", "llamaservice")

@@ -34,7 +34,13 @@ from llama_operator.catalog.accelerators import (
 )
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.catalog.performance import CATALOG_FACTORS, Factors, StepModel, step_model
-from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
+from llama_operator.catalog.vllm import (
+    MODEL_CACHE_PATH,
+    VLLM_ITL_BUCKETS,
+    VLLM_PORT,
+    measurable_tpot,
+    measurable_tpot_at_least,
+)
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV, LoraCapacity, check_adapters, lora_capacity
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.extra_args import (
@@ -825,12 +831,6 @@ def _tpot_floor(steps: StepModel, config: PlanningConfig) -> float:
     return steps.step_seconds(1, float(config.typical_sequence_tokens), MIN_TPOT_CHUNK_TOKENS)
 
 
-def _tpot_advice(floor_seconds: float) -> float:
-    """An objective to suggest above a floor: 10 % beyond it, rounded up to the millisecond (a value the
-    planner then meets on the hardware the floor was computed for)."""
-    return math.ceil(floor_seconds * 1000 * 1.1) / 1000
-
-
 def _tpot_tuning(
     request: _Request, candidate: Candidate, steps: StepModel, config: PlanningConfig
 ) -> _TpotTuning | None:
@@ -845,18 +845,23 @@ def _tpot_tuning(
     slo = request.slo
     if slo is None or slo.tpot_seconds is None:
         return None
-    tpot = slo.tpot_seconds
+    # Planned for what the percentile read from vLLM's histogram can show met (catalog/vllm.py).
+    tpot = measurable_tpot(slo.tpot_seconds)
+    read_at = (
+        "" if tpot == slo.tpot_seconds else f" (read at {tpot:g}s: {_between_buckets(slo.tpot_seconds)})"
+    )
     context = float(config.typical_sequence_tokens)
     one = steps.step_seconds(1, context)
     floor = _tpot_floor(steps, config)
     if tpot < floor:
         raise PlanningError(
-            f"autoscaling.slo.tpotSeconds {tpot:g} cannot be met on {candidate.name}: the fastest step of "
+            f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g}{read_at} cannot be met on {candidate.name}: the "
+            "fastest step of "
             f"{request.model_name} that also takes a prompt chunk is estimated at {floor * 1000:.1f} ms (one "
             f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token chunk, "
             f"the smallest the engine is given; {one * 1000:.1f} ms without the chunk, reading the weights "
             f"alone {steps.weight_read_seconds * 1000:.1f} ms); raise autoscaling.slo.tpotSeconds to at least "
-            f"{_tpot_advice(floor):g} or use a faster accelerator"
+            f"{measurable_tpot_at_least(floor):g} or use a faster accelerator"
         )
     # The chunk and the batch share what the objective leaves: a bigger chunk prefills faster (fewer
     # weight reads per prompt token) but leaves room for fewer decoding sequences.
@@ -869,10 +874,23 @@ def _tpot_tuning(
         batch -= batch % 8  # vLLM captures CUDA graphs for batch sizes in steps of 8
     step = steps.step_seconds(batch, context, chunk)
     why = (
-        f"the TPOT objective {tpot:g}s: a step decoding {batch} sequences of {config.typical_sequence_tokens} "
-        f"tokens beside a {chunk}-token prompt chunk is estimated at {step * 1000:.1f} ms"
+        f"the TPOT objective {slo.tpot_seconds:g}s{read_at}: a step decoding {batch} sequences of "
+        f"{config.typical_sequence_tokens} tokens beside a {chunk}-token prompt chunk is estimated at "
+        f"{step * 1000:.1f} ms"
     )
     return _TpotTuning(chunk=chunk, batch=batch, step_seconds=step, why=why)
+
+
+def _between_buckets(objective: float) -> str:
+    """Why an objective between two bounds of vLLM's inter-token latency histogram is planned at the lower."""
+    lower = measurable_tpot(objective)
+    upper = min((b for b in VLLM_ITL_BUCKETS if b > objective), default=None)
+    beyond = "" if upper is None else f" and {upper * 1000:g} ms"
+    return (
+        f"vLLM's inter-token latency histogram has no bound between {lower * 1000:g}{beyond}, and the "
+        f"percentile read from it lies between them by interpolation: steps within {lower * 1000:g} ms read "
+        "as met"
+    )
 
 
 def _chunk(
@@ -1293,12 +1311,18 @@ def _raise_if_tpot_unreachable(
         if inventory is not None
         else f"in the catalog (up to {config.max_gpus_per_replica} GPUs)"
     )
+    measured = measurable_tpot(slo.tpot_seconds)
+    read_at = (
+        ""
+        if measured == slo.tpot_seconds
+        else f" (read at {measured:g}s: {_between_buckets(slo.tpot_seconds)})"
+    )
     raise PlanningError(
-        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met by any accelerator {where}: the "
+        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g}{read_at} cannot be met by any accelerator {where}: the "
         f"best achievable TPOT for {request.model_name} is ~{fastest[0] * 1000:.1f} ms per token (one "
         f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token prompt "
         f"chunk on {fastest[1].name}, all-reduces included); raise autoscaling.slo.tpotSeconds to at least "
-        f"{_tpot_advice(fastest[0]):g} or make a faster accelerator available"
+        f"{measurable_tpot_at_least(fastest[0]):g} or make a faster accelerator available"
     )
 
 

@@ -25,12 +25,11 @@ from llama_bench.fleetsim.exposition import (
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.autoscale.promql import SignalLabels, signal_queries
 from llama_operator.autoscale.signals import (
-    VLLM_ITL_BUCKETS,
     VLLM_PROMPT_TOKEN_BUCKETS,
     VLLM_TTFT_BUCKETS,
     histogram_quantile,
 )
-from llama_operator.catalog.vllm import KV_CACHE_METRICS
+from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_ITL_BUCKETS
 from llama_operator.planning.extra_args import flag_contract
 
 from .conftest import KEY, engine_with, pod

@@ -14,7 +14,6 @@ from llama_bench.sim.fleet import simulate
 from llama_bench.sim.oracle import FixedReplicas
 from llama_bench.sim.scenario import ScenarioRunner
 from llama_bench.sim.tracegen import Lengths, TraceSpec, generate
-from llama_operator.autoscale.signals import VLLM_ITL_BUCKETS
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
@@ -23,6 +22,7 @@ from llama_operator.catalog.performance import (
     StepModel,
     calibrated_step_model,
 )
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 
 T4 = BUILTIN_CATALOG.get("t4")
 LLAMA_1B_ON_T4 = Hardware(
