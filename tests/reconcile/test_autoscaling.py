@@ -255,3 +255,26 @@ def test_slo_met_names_the_missed_objective_with_observed_and_target() -> None:
     assert both["message"].startswith("TTFT and TPOT above the SLO: TTFT 0.900s > 0.5s")
     ttft_missed, _ = outcome(0.9, None)
     assert ttft_missed["message"] == "TTFT above the SLO: TTFT 0.900s > 0.5s, TPOT not observed (SLO 0.05s)"
+
+
+def test_a_tpot_objective_below_the_histograms_smallest_bound_is_judged_at_it() -> None:
+    # Every token within 10 ms reads as 9.5 ms at p95: judged against 6 ms, SLOMet was False for ever.
+    spec = AutoscalingSpec.model_validate({"slo": {"ttftSeconds": 0.5, "tpotSeconds": 0.006}})
+    sig = tpot_signals(ttft=0.3, tpot=0.0095)
+    decision = decide(spec, sig, autoscaler_state({"plan": PLAN_STEPS}), 1000.0)
+    out = autoscale_outcome(
+        None,
+        decision,
+        sig,
+        slo_ttft_seconds=0.5,
+        slo_tpot_seconds=0.006,
+        prometheus_error=None,
+        generation=1,
+        now=NOW,
+    )
+    met = conditions(out.status_patch)["SLOMet"]
+    assert met["status"] == "True", met
+    assert (
+        met["message"]
+        == "TTFT 0.300s <= 0.5s, TPOT 0.009s <= 0.006s (judged at 0.01s, the histogram's smallest bound)"
+    )

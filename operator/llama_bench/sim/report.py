@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from llama_bench.sim.fleet import SimulationResult
 from llama_bench.sim.metrics import FleetSnapshot
 from llama_operator.autoscale.signals import cumulative_buckets, histogram_quantile
-from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
+from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS, tpot_judged_at
 
 FLAP_SECONDS = 300.0
 WINDOW_SECONDS = 60.0
@@ -78,7 +78,8 @@ def itl_windows_within(
     """The share of one-minute windows whose inter-token latency percentile, from the fleet's cumulative
     vllm:inter_token_latency_seconds buckets (each window: the counts at its last snapshot less those
     at the previous window's), is within `slo_seconds`. Windows with no token decoded, and those that
-    start before `from_seconds`, are left out; 1.0 when none is left."""
+    start before `from_seconds`, are left out; 1.0 when none is left. An objective below the histogram's
+    smallest bound is judged at that bound, as the operator judges it (catalog/vllm.py tpot_judged_at)."""
     last: dict[int, tuple[int, ...]] = {}
     for snapshot in snapshots:
         if snapshot.itl_bucket_counts:
@@ -93,7 +94,7 @@ def itl_windows_within(
             continue
         value = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_ITL_BUCKETS, delta))
         total += 1
-        met += value is not None and value <= slo_seconds
+        met += value is not None and value <= tpot_judged_at(slo_seconds)
     return met / total if total else 1.0
 
 

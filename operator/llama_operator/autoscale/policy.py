@@ -63,7 +63,7 @@ from llama_operator.autoscale.calibration import (
 from llama_operator.autoscale.queueing import replicas_for_wait
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.performance import StepModel
-from llama_operator.catalog.vllm import measurable_tpot
+from llama_operator.catalog.vllm import measurable_tpot, tpot_judged_at
 
 # The calibrated steps are taken as slower than the plan's beyond this ratio (the fit's noise at the
 # plan's own speed is a few percent).
@@ -780,7 +780,10 @@ def objective_met(observed: float | None, objective: float | None) -> bool | Non
 
 
 def _tpot_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
-    return objective_met(signals.tpot_percentile_seconds, spec.slo.tpot_seconds)
+    objective = spec.slo.tpot_seconds
+    return objective_met(
+        signals.tpot_percentile_seconds, None if objective is None else tpot_judged_at(objective)
+    )
 
 
 def _ttft_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
@@ -825,11 +828,12 @@ def _replicas_by_decode(
     if slo.tpot_seconds is None or signals.request_rate <= 0 or signals.generation_token_rate <= 0:
         return None
     tpot = signals.tpot_percentile_seconds
-    breached = tpot is not None and tpot > slo.tpot_seconds and breach_seconds >= 2 * signals.window_seconds
+    judged = tpot_judged_at(slo.tpot_seconds)
+    breached = tpot is not None and tpot > judged and breach_seconds >= 2 * signals.window_seconds
     ready = max(signals.ready_replicas, 1)
     if steps is None:
         if breached and tpot is not None:
-            return _Need(min(2 * ready, math.ceil(ready * tpot / slo.tpot_seconds)), _tpot_why(spec, tpot))
+            return _Need(min(2 * ready, math.ceil(ready * tpot / judged)), _tpot_why(spec, tpot))
         return None
     context = _decode_context(signals, state)
     budget = (state.chunk_tokens or 0) + (state.max_num_seqs or 0)  # --max-num-batched-tokens

@@ -36,6 +36,15 @@ def measurable_tpot(objective: float) -> float:
     return max(below) if below else objective
 
 
+def tpot_judged_at(objective: float) -> float:
+    """What a TPOT percentile read from vllm:inter_token_latency_seconds is judged against: the objective,
+    or the histogram's smallest bound when the objective is below it. There the percentile falls in the
+    first bucket, which histogram_quantile spreads from 0 to the bound: every token within 10 ms reads as
+    9.5 ms at p95, so a 6 ms objective would read as missed however fast the steps (the SLO alerts judge it
+    at that bound too: infra/metrics.py slo_bucket_bound)."""
+    return max(objective, VLLM_ITL_BUCKETS[0])
+
+
 def measurable_tpot_at_least(floor_seconds: float) -> float:
     """The smallest TPOT objective whose measurable value (`measurable_tpot`) is at least `floor_seconds`:
     the floor rounded up to the millisecond with 10 % to spare below the smallest bound, else the smallest

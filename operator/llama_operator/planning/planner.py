@@ -847,21 +847,19 @@ def _tpot_tuning(
         return None
     # Planned for what the percentile read from vLLM's histogram can show met (catalog/vllm.py).
     tpot = measurable_tpot(slo.tpot_seconds)
-    read_at = (
-        "" if tpot == slo.tpot_seconds else f" (read at {tpot:g}s: {_between_buckets(slo.tpot_seconds)})"
-    )
+    read_at = _read_at(slo.tpot_seconds)
     context = float(config.typical_sequence_tokens)
     one = steps.step_seconds(1, context)
     floor = _tpot_floor(steps, config)
     if tpot < floor:
         raise PlanningError(
-            f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g}{read_at} cannot be met on {candidate.name}: the "
+            f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met on {candidate.name}: the "
             "fastest step of "
             f"{request.model_name} that also takes a prompt chunk is estimated at {floor * 1000:.1f} ms (one "
             f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token chunk, "
             f"the smallest the engine is given; {one * 1000:.1f} ms without the chunk, reading the weights "
             f"alone {steps.weight_read_seconds * 1000:.1f} ms); raise autoscaling.slo.tpotSeconds to at least "
-            f"{measurable_tpot_at_least(floor):g} or use a faster accelerator"
+            f"{measurable_tpot_at_least(floor):g} or use a faster accelerator{read_at}"
         )
     # The chunk and the batch share what the objective leaves: a bigger chunk prefills faster (fewer
     # weight reads per prompt token) but leaves room for fewer decoding sequences.
@@ -879,6 +877,18 @@ def _tpot_tuning(
         f"{step * 1000:.1f} ms"
     )
     return _TpotTuning(chunk=chunk, batch=batch, step_seconds=step, why=why)
+
+
+def _read_at(objective: float) -> str:
+    """How the objective is read from vLLM's inter-token latency histogram, where that is not as written."""
+    if objective < VLLM_ITL_BUCKETS[0]:
+        return (
+            f" (judged at {VLLM_ITL_BUCKETS[0]:g}s: below the smallest bound of vLLM's inter-token latency "
+            "histogram the percentile read from it only says whether the tokens came within that bound; "
+            "planned for the objective)"
+        )
+    measured = measurable_tpot(objective)
+    return "" if measured == objective else f" (read at {measured:g}s: {_between_buckets(objective)})"
 
 
 def _between_buckets(objective: float) -> str:
@@ -1311,18 +1321,13 @@ def _raise_if_tpot_unreachable(
         if inventory is not None
         else f"in the catalog (up to {config.max_gpus_per_replica} GPUs)"
     )
-    measured = measurable_tpot(slo.tpot_seconds)
-    read_at = (
-        ""
-        if measured == slo.tpot_seconds
-        else f" (read at {measured:g}s: {_between_buckets(slo.tpot_seconds)})"
-    )
+    read_at = _read_at(slo.tpot_seconds)
     raise PlanningError(
-        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g}{read_at} cannot be met by any accelerator {where}: the "
+        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met by any accelerator {where}: the "
         f"best achievable TPOT for {request.model_name} is ~{fastest[0] * 1000:.1f} ms per token (one "
         f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token prompt "
         f"chunk on {fastest[1].name}, all-reduces included); raise autoscaling.slo.tpotSeconds to at least "
-        f"{measurable_tpot_at_least(fastest[0]):g} or make a faster accelerator available"
+        f"{measurable_tpot_at_least(fastest[0]):g} or make a faster accelerator available{read_at}"
     )
 
 
