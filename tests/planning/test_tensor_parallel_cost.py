@@ -113,6 +113,7 @@ def test_a_tensor_parallel_prompt_chunk_takes_its_share_of_the_objective_all_red
             spec(tpot), name="chat", config=PlanningConfig(), inventory=eight_gpu_node("l4")
         )
         assert chosen.accelerator == "l4" and chosen.count > 1, chosen.display_name
+        assert any(f"meets the TPOT objective {tpot:g}s" in n for n in chosen.notes), chosen.notes
         steps = llama_1b_on("l4", chosen.count)
         assert steps.seconds_per_step_token > 0
         assert steps.weight_read_seconds == pytest.approx(chosen.decode_step_seconds, rel=1e-3)

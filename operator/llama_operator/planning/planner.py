@@ -1235,8 +1235,10 @@ def _choose_auto(
                 continue
             if sized is not None:
                 where = "present in the cluster " if inventory is not None else ""
+                tpot = request.slo.tpot_seconds if request.slo is not None else None
+                meets = "" if tpot is None else f" and meets the TPOT objective {tpot:g}s"
                 notes.append(
-                    f"auto: {candidate.name} is the cheapest option {where}that fits "
+                    f"auto: {candidate.name} is the cheapest option {where}that fits{meets} "
                     f"({candidate.price(config):.2f}/h relative price)"
                 )
                 return sized, notes
