@@ -32,6 +32,20 @@ def state() -> AutoscalerState:
     )
 
 
+def planned_state(steps: StepModel) -> AutoscalerState:
+    """A plan with these step figures and a 240-token budget beside 64 sequences (the T4's at 50 ms)."""
+    return state().model_copy(
+        update={
+            "decode_step_seconds": steps.weight_read_seconds,
+            "decode_seconds_per_context_token": steps.seconds_per_context_token,
+            "prefill_seconds_per_token": steps.seconds_per_prefill_token,
+            "chunk_tokens": 240 - 64,
+            "max_num_seqs": 64,
+            "kv_cache_tokens": None,
+        }
+    )
+
+
 def signals(
     *, rate: float, prompt: float = 500.0, output: float = 300.0, ready: int = 1, tpot: float | None = 0.02
 ) -> Signals:
@@ -151,16 +165,7 @@ def test_steps_carrying_a_prompt_chunk_over_the_objective_are_kept_to_the_percen
     slow = StepModel(
         weight_read_seconds=0.0187, seconds_per_context_token=1.95e-7, seconds_per_prefill_token=1.358e-4
     )
-    slow_state = state().model_copy(
-        update={
-            "decode_step_seconds": slow.weight_read_seconds,
-            "decode_seconds_per_context_token": slow.seconds_per_context_token,
-            "prefill_seconds_per_token": slow.seconds_per_prefill_token,
-            "chunk_tokens": 240 - 64,
-            "max_num_seqs": 64,
-            "kv_cache_tokens": None,
-        }
-    )
+    slow_state = planned_state(slow)
     s = signals(rate=6.0, prompt=1300.0, output=250.0, ready=10)  # 7,800 prompt tok/s, 1,500 output tok/s
     context = 1300 + 250 / 2
     roomy = AutoscalingSpec(min_replicas=1, max_replicas=60, slo=SPEC.slo)
@@ -193,16 +198,7 @@ def _chunk_step_state(calibrated_compute_efficiency: float | None) -> Autoscaler
     plan = StepModel(
         weight_read_seconds=0.0143, seconds_per_context_token=1.365e-7, seconds_per_prefill_token=1.3e-4
     )
-    base = state().model_copy(
-        update={
-            "decode_step_seconds": plan.weight_read_seconds,
-            "decode_seconds_per_context_token": plan.seconds_per_context_token,
-            "prefill_seconds_per_token": plan.seconds_per_prefill_token,
-            "chunk_tokens": 240 - 64,
-            "max_num_seqs": 64,
-            "kv_cache_tokens": None,
-        }
-    )
+    base = planned_state(plan)
     if calibrated_compute_efficiency is None:
         return base
     catalog = CATALOG_FACTORS

@@ -227,54 +227,46 @@ def tpot_signals(*, ttft: float, tpot: float | None) -> Signals:
     )
 
 
-def test_slo_met_names_the_missed_objective_with_observed_and_target() -> None:
-    spec = AutoscalingSpec.model_validate({"slo": {"ttftSeconds": 0.5, "tpotSeconds": 0.05}})
-
-    def outcome(ttft: float, tpot: float | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        sig = tpot_signals(ttft=ttft, tpot=tpot)
-        decision = decide(spec, sig, autoscaler_state({"plan": PLAN_STEPS}), 1000.0)
-        out = autoscale_outcome(
-            None,
-            decision,
-            sig,
-            slo_ttft_seconds=0.5,
-            slo_tpot_seconds=0.05,
-            prometheus_error=None,
-            generation=1,
-            now=NOW,
-        )
-        return conditions(out.status_patch)["SLOMet"], out.status_patch["autoscaling"]
-
-    met, auto = outcome(0.3, 0.031)
-    assert met["status"] == "True" and met["message"] == "TTFT 0.300s <= 0.5s, TPOT 0.031s <= 0.05s"
-    assert auto["observedTpotSeconds"] == 0.031
-    tpot_missed, _ = outcome(0.3, 0.061)
-    assert tpot_missed["status"] == "False" and tpot_missed["reason"] == "SLOBreached"
-    assert tpot_missed["message"] == "TPOT above the SLO: TTFT 0.300s <= 0.5s, TPOT 0.061s > 0.05s"
-    both, _ = outcome(0.9, 0.061)
-    assert both["message"].startswith("TTFT and TPOT above the SLO: TTFT 0.900s > 0.5s")
-    ttft_missed, _ = outcome(0.9, None)
-    assert ttft_missed["message"] == "TTFT above the SLO: TTFT 0.900s > 0.5s, TPOT not observed (SLO 0.05s)"
-
-
-def test_a_tpot_objective_below_the_histograms_smallest_bound_is_judged_at_it() -> None:
-    # Every token within 10 ms reads as 9.5 ms at p95: judged against 6 ms, SLOMet was False for ever.
-    spec = AutoscalingSpec.model_validate({"slo": {"ttftSeconds": 0.5, "tpotSeconds": 0.006}})
-    sig = tpot_signals(ttft=0.3, tpot=0.0095)
+def slo_met_outcome(
+    tpot_objective: float, ttft: float, tpot: float | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The SLOMet condition and the autoscaling status of one decision, TTFT objective 0.5 s."""
+    spec = AutoscalingSpec.model_validate({"slo": {"ttftSeconds": 0.5, "tpotSeconds": tpot_objective}})
+    sig = tpot_signals(ttft=ttft, tpot=tpot)
     decision = decide(spec, sig, autoscaler_state({"plan": PLAN_STEPS}), 1000.0)
     out = autoscale_outcome(
         None,
         decision,
         sig,
         slo_ttft_seconds=0.5,
-        slo_tpot_seconds=0.006,
+        slo_tpot_seconds=tpot_objective,
         prometheus_error=None,
         generation=1,
         now=NOW,
     )
-    met = conditions(out.status_patch)["SLOMet"]
+    return conditions(out.status_patch)["SLOMet"], out.status_patch["autoscaling"]
+
+
+def test_slo_met_names_the_missed_objective_with_observed_and_target() -> None:
+    met, auto = slo_met_outcome(0.05, 0.3, 0.031)
+    assert met["status"] == "True" and met["message"] == "TTFT 0.300s <= 0.5s, TPOT 0.031s <= 0.05s"
+    assert auto["observedTpotSeconds"] == 0.031
+    tpot_missed, _ = slo_met_outcome(0.05, 0.3, 0.061)
+    assert tpot_missed["status"] == "False" and tpot_missed["reason"] == "SLOBreached"
+    assert tpot_missed["message"] == "TPOT above the SLO: TTFT 0.300s <= 0.5s, TPOT 0.061s > 0.05s"
+    both, _ = slo_met_outcome(0.05, 0.9, 0.061)
+    assert both["message"].startswith("TTFT and TPOT above the SLO: TTFT 0.900s > 0.5s")
+    ttft_missed, _ = slo_met_outcome(0.05, 0.9, None)
+    assert ttft_missed["message"] == "TTFT above the SLO: TTFT 0.900s > 0.5s, TPOT not observed (SLO 0.05s)"
+
+
+def test_a_tpot_objective_below_the_histograms_smallest_bound_is_judged_at_it() -> None:
+    # Every token within 10 ms reads as 9.5 ms at p95: judged against 6 ms, SLOMet was False for ever.
+    met, _ = slo_met_outcome(0.006, 0.3, 0.0095)
     assert met["status"] == "True", met
     assert (
         met["message"]
         == "TTFT 0.300s <= 0.5s, TPOT 0.009s <= 0.006s (judged at 0.01s, the histogram's smallest bound)"
     )
+    missed, _ = slo_met_outcome(0.006, 0.3, 0.012)
+    assert missed["status"] == "False" and "TPOT 0.012s > 0.006s (judged at 0.01s" in missed["message"]
