@@ -450,7 +450,9 @@ class SLOSpec(WireModel):
         Field(
             description="Time-per-output-token objective in seconds: the interval between two streamed tokens "
             "(vLLM's inter-token latency), at the same percentile as TTFT. Unset: no TPOT objective. It caps "
-            "the batch a replica runs (maxNumSeqs) and adds replicas when decode, not prefill, limits them.",
+            "the batch a replica runs (maxNumSeqs) and adds replicas when decode, not prefill, limits them. "
+            "Read from vLLM's histogram (bounds 0.01, 0.025, 0.05, 0.075, 0.1 s, ...): a value between two "
+            "bounds is planned for the lower one, a value below 0.01 is judged at 0.01.",
             ge=0.005,
             le=10,
         ),
