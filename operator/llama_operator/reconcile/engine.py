@@ -69,7 +69,7 @@ ENGINE_REPLANNED = "EngineReplanned"
 _Model = TypeVar("_Model", MeasuredSteps, StepCalibration)
 
 
-def _at(value: object, *path: str) -> object:
+def value_at(value: object, *path: str) -> object:
     """`value[path[0]][path[1]]...`, or None where a level is missing or not an object (status is ours,
     but the body it comes in may hold anything)."""
     for key in path:
@@ -81,7 +81,7 @@ def _at(value: object, *path: str) -> object:
 
 def _typed_at(model: type[_Model], status: object, *path: str) -> _Model | None:
     """The object at `path` in status as `model`, or None where it is missing or not one."""
-    raw = _at(status, *path)
+    raw = value_at(status, *path)
     if not isinstance(raw, Mapping):
         return None
     try:
@@ -119,7 +119,7 @@ def engine_plan(
     if last is not None and now - last < policy.min_interval_seconds:
         return current
     # The fit describes the replicas that ran the plan in status: only that accelerator's engine follows it.
-    measured_on = _at(status, "plan", "displayName")
+    measured_on = value_at(status, "plan", "displayName")
     if measured_on != current.display_name or not current.max_num_batched_tokens:
         return current
     factors = planning_factors(calibration)
@@ -143,7 +143,7 @@ def engine_plan(
 
 def last_replanned(status: object) -> float | None:
     """When the engine last changed for measured hardware (status.plan.engineReplannedAt), if ever."""
-    raw = _at(status, "plan", "engineReplannedAt")
+    raw = value_at(status, "plan", "engineReplannedAt")
     if not isinstance(raw, str | int | float) or isinstance(raw, bool):
         return None
     try:
@@ -160,14 +160,14 @@ def stamped(plan: Plan, replanned_at: float | None) -> Plan:
 def engine_replanned_event(before: object, status: object) -> Event | None:
     """A Normal Event when the engine changes for measured hardware (or back to the catalog's estimates)."""
     old, new = pinned_steps(before), pinned_steps(status)
-    if old == new or not isinstance(_at(before, "plan"), Mapping):
+    if old == new or not isinstance(value_at(before, "plan"), Mapping):
         return None
-    if _at(before, "plan", "displayName") != _at(status, "plan", "displayName"):
+    if value_at(before, "plan", "displayName") != value_at(status, "plan", "displayName"):
         return None
     flags = (
-        f"--max-num-batched-tokens {_at(before, 'plan', 'maxNumBatchedTokens')} -> "
-        f"{_at(status, 'plan', 'maxNumBatchedTokens')}, "
-        f"--max-num-seqs {_at(before, 'plan', 'maxNumSeqs')} -> {_at(status, 'plan', 'maxNumSeqs')}"
+        f"--max-num-batched-tokens {value_at(before, 'plan', 'maxNumBatchedTokens')} -> "
+        f"{value_at(status, 'plan', 'maxNumBatchedTokens')}, "
+        f"--max-num-seqs {value_at(before, 'plan', 'maxNumSeqs')} -> {value_at(status, 'plan', 'maxNumSeqs')}"
     )
     if new is None:
         return Event(

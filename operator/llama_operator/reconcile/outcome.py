@@ -19,7 +19,7 @@ from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
-from llama_operator.reconcile.engine import ReplanPolicy, engine_plan
+from llama_operator.reconcile.engine import ReplanPolicy, engine_plan, value_at
 
 
 @dataclass(frozen=True)
@@ -137,14 +137,9 @@ def reconcile(
         "conditions": _wire(conditions),
         "selector": selector_string(svc.metadata.name),
         "accelerator": plan.display_name,
-        "plan": replacing(_previous_plan(body), plan.to_wire()),
+        "plan": replacing(value_at(body, "status", "plan"), plan.to_wire()),
     }
     return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)
-
-
-def _previous_plan(body: Mapping[str, Any]) -> Any:
-    status = body.get("status")
-    return status.get("plan") if isinstance(status, Mapping) else None
 
 
 def replacing(old: Any, new: dict[str, Any]) -> dict[str, Any]:
