@@ -96,8 +96,9 @@ def test_a_named_accelerator_refuses_with_advice_that_plans(model: str, accelera
 @pytest.mark.parametrize("model", MODELS)
 def test_auto_on_a_cluster_refuses_with_advice_that_plans(model: str, accelerator: str) -> None:
     inventory = eight_gpu_node(accelerator)
-    for tpot in TPOTS:
-        check_advice(model, tpot, "auto", inventory)
+    refused = [tpot for tpot in TPOTS if check_advice(model, tpot, "auto", inventory)]
+    # Not vacuous: only eight A100s or H100s decode the 1B model within 5 ms beside a prompt chunk.
+    assert refused or (model == LLAMA_1B and accelerator in ("a100-80gb", "h100-80gb")), "no refusal checked"
 
 
 @pytest.mark.parametrize("model", MODELS)
