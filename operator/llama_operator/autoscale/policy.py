@@ -779,11 +779,14 @@ def objective_met(observed: float | None, objective: float | None) -> bool | Non
     return observed <= objective
 
 
+def tpot_objective_met(observed: float | None, objective: float | None) -> bool | None:
+    """`objective_met` for TPOT, the objective judged as it can be read from vLLM's histogram
+    (catalog/vllm.py tpot_judged_at)."""
+    return objective_met(observed, None if objective is None else tpot_judged_at(objective))
+
+
 def _tpot_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:
-    objective = spec.slo.tpot_seconds
-    return objective_met(
-        signals.tpot_percentile_seconds, None if objective is None else tpot_judged_at(objective)
-    )
+    return tpot_objective_met(signals.tpot_percentile_seconds, spec.slo.tpot_seconds)
 
 
 def _ttft_met(spec: AutoscalingSpec, signals: Signals) -> bool | None:

@@ -20,7 +20,7 @@ from llama_operator.api.conditions import (
 )
 from llama_operator.api.plan import Plan, status_plan
 from llama_operator.api.times import rfc3339
-from llama_operator.autoscale.policy import Decision, objective_met
+from llama_operator.autoscale.policy import Decision, objective_met, tpot_objective_met
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.vllm import tpot_judged_at
 from llama_operator.reconcile.execution import Event
@@ -315,7 +315,7 @@ def _slo_met_condition(
     missed = []
     if objective_met(ttft, slo_ttft_seconds) is False:
         missed.append("TTFT")
-    if objective_met(tpot, None if slo_tpot_seconds is None else tpot_judged_at(slo_tpot_seconds)) is False:
+    if tpot_objective_met(tpot, slo_tpot_seconds) is False:
         missed.append("TPOT")
     conditions.set(
         ConditionType.SLO_MET,
@@ -386,7 +386,8 @@ def _slo_message(ttft: float | None, ttft_slo: float, tpot: float | None, tpot_s
         judged = tpot_judged_at(tpot_slo)
         at = "" if judged == tpot_slo else f" (judged at {judged:g}s, the histogram's smallest bound)"
         if tpot is not None:
-            parts.append(f"TPOT {tpot:.3f}s {'<=' if objective_met(tpot, judged) else '>'} {tpot_slo:g}s{at}")
+            met = tpot_objective_met(tpot, tpot_slo)
+            parts.append(f"TPOT {tpot:.3f}s {'<=' if met else '>'} {tpot_slo:g}s{at}")
         else:
             parts.append(f"TPOT not observed (SLO {tpot_slo:g}s)")
     return ", ".join(parts)
