@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout bench-draws frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -121,6 +121,12 @@ bench-family: setup
 # honest estimate on unseen traffic (docs/bench/holdout). Judge changes on dev; run this once they settle. ~2 min.
 bench-holdout: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --family holdout --out docs/bench/holdout
+
+# Both families' generated shapes from three more draws of seeds (docs/bench/draws): the worst case of each
+# shape over four samples of it, not only over the committed one. A benchmark, not a CI step. ~12 min each.
+bench-draws: setup
+	nice -n 10 $(VENV)/bin/llama-bench bench --family dev --draws 0 1 2 3 --out docs/bench/draws/dev
+	nice -n 10 $(VENV)/bin/llama-bench bench --family holdout --draws 0 1 2 3 --out docs/bench/draws/holdout
 
 # The cost-attainment frontier: each policy's main knob swept on every trace of the family
 # (docs/bench/family/frontier.md and .png). A benchmark, not a CI step. ~5 min.

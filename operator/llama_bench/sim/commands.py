@@ -38,6 +38,14 @@ JSON_KEYS = (
 )
 
 
+def _draw(value: str) -> int:
+    """`--draws`: a draw number, 0 or more."""
+    draw = int(value)
+    if draw < 0:
+        raise argparse.ArgumentTypeError(f"a draw is 0 or more, got {value}")
+    return draw
+
+
 def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS), help="replica hardware")
     parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS), help="model architecture")
@@ -199,6 +207,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--minutes", type=float, default=None, help="with --family: the first N minutes of each trace"
     )
     bench.add_argument(
+        "--draws",
+        type=_draw,
+        nargs="+",
+        default=None,
+        metavar="K",
+        help="with --family: its generated shapes from each of these draws' seeds (0: the family as "
+        "committed; the bundled traces come with 0 only): the targets per trace, and the worst of each "
+        "shape over its draws (draws.png)",
+    )
+    bench.add_argument(
         "--frontier",
         action="store_true",
         help="sweep every policy's main knob over the family (default dev): GPU-hours against windows "
@@ -286,6 +304,11 @@ def run_bench_command(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.draws is not None and args.family is None and args.cold_start_sweep is None:
+        print(
+            "error: --draws needs --family (or --cold-start-sweep): the draws are a family's", file=sys.stderr
+        )
+        return 2
     if args.cold_start_sweep is not None:
         try:
             return run_cold_start_sweep(args, _scenario(args), progress)
@@ -339,7 +362,7 @@ def run_cold_start_sweep(
     )
     from llama_bench.sim.family import family_traces  # noqa: PLC0415
 
-    traces = [t for t, _ in family_traces(args.family or "dev", args.minutes, args.only)]
+    traces = [t for t, _ in family_traces(args.family or "dev", args.minutes, args.only, args.draws or [0])]
     points = run_sweep(scenario, traces, args.cold_start_sweep, progress)
     parts = cache_state_table(scenario.accelerator, scenario.model)
     table = sweep_table(points)
@@ -371,7 +394,7 @@ def run_zero_bench(
     for after in args.scale_to_zero[1:]:
         replace(zero, scale_to_zero_after_seconds=after)  # checks each setting before the first run
     if args.family is not None:
-        traces = family_traces(args.family, args.minutes, args.only)
+        traces = family_traces(args.family, args.minutes, args.only, args.draws or [0])
     else:
         traces = [
             (

@@ -32,7 +32,7 @@ from llama_bench.sim.progress import Progress, prefixed
 from llama_bench.sim.report import WINDOW_SECONDS, RunSummary, quantile
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import BUNDLED_TRACES, Trace, load_trace
-from llama_bench.sim.tracegen import TraceSpec, family, generate, head
+from llama_bench.sim.tracegen import DRAW_MARK, TraceSpec, family, generate, head, reseeded, shape_of
 
 BURST_RATIO = 1.5  # a minute with this many times the previous five minutes' mean arrivals is a burst
 LONG_PROMPT_SHARE = 0.8  # a percentile prompt whose prefill alone takes this share of the SLO
@@ -93,24 +93,32 @@ WITH_BUNDLED = frozenset({"dev"})
 
 
 def family_traces(
-    name: str, minutes: float | None = None, only: Sequence[str] = ()
+    name: str, minutes: float | None = None, only: Sequence[str] = (), draws: Sequence[int] = (0,)
 ) -> list[tuple[Trace, str]]:
     """The family's traces (generated ones, and the bundled Azure traces for WITH_BUNDLED), each cut to its first
-    `minutes` when given, with a one-line description."""
+    `minutes` when given, with a one-line description. `draws`: the generated shapes from each of these
+    draws' seeds (`tracegen.reseeded`; 0 is the family as committed); the bundled traces are real, one
+    sample only, and come with draw 0."""
     members: list[TraceSpec | str] = [*family(name), *(BUNDLED_TRACES if name in WITH_BUNDLED else ())]
     known = [m if isinstance(m, str) else m.name for m in members]
     unknown = [o for o in only if o not in known]
     if unknown:
         raise ValueError(f"not in family {name!r}: {', '.join(unknown)}; known: {', '.join(known)}")
+    if not draws or any(d < 0 for d in draws) or len(set(draws)) != len(draws):
+        raise ValueError(f"draws must be distinct and 0 or more, got {list(draws)}")
     traces: list[tuple[Trace, str]] = []
-    for member, member_name in zip(members, known, strict=True):
-        if only and member_name not in only:
-            continue
-        if isinstance(member, str):
-            trace, description = load_trace(member), BUNDLED_DESCRIPTIONS.get(member, member)
-        else:
-            trace, description = generate(member), member.description
-        traces.append((head(trace, minutes) if minutes else trace, description))
+    for draw in draws:
+        for member, member_name in zip(members, known, strict=True):
+            if only and member_name not in only:
+                continue
+            if isinstance(member, str):
+                if draw != 0:
+                    continue
+                trace, description = load_trace(member), BUNDLED_DESCRIPTIONS.get(member, member)
+            else:
+                description = member.description + (f" (draw {draw})" if draw else "")
+                trace = generate(reseeded(member, draw))
+            traces.append((head(trace, minutes) if minutes else trace, description))
     return traces
 
 
@@ -412,6 +420,60 @@ def targets_table(outcomes: Sequence[TraceOutcome]) -> str:
     return "\n".join(lines)
 
 
+def _by_shape(outcomes: Sequence[TraceOutcome]) -> dict[str, list[TraceOutcome]]:
+    shapes: dict[str, list[TraceOutcome]] = defaultdict(list)
+    for o in outcomes:
+        shapes[shape_of(o.trace)].append(o)
+    return dict(shapes)
+
+
+def _worst(runs: Sequence[tuple[TraceOutcome, float]], lowest: bool, fmt: str) -> str:
+    """The worst value and the draw it came from: '91.11 % (draw 2)'."""
+    outcome, value = (min if lowest else max)(runs, key=lambda r: r[1])
+    _, _, draw = outcome.trace.partition(DRAW_MARK)
+    return f"{format(value, fmt)} (draw {draw or 0})"
+
+
+def draws_table(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets) -> str:
+    """Per shape over its draws (the same shape from other seeds): the worst figure of each target, the
+    trace it came from, and on how many draws the target was met."""
+    lines = [
+        "| shape | draws | windows within SLO (%): worst | met | requests within SLO (%): worst | met "
+        "| undominated: met | GPU-h x oracle@99%: worst | met | changes/h: worst | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    totals = [0] * 5
+    counted = [0] * 5
+    for shape, runs in _by_shape(outcomes).items():
+        ours = [(o, o.row(targets.policy)) for o in runs]
+        met = [sum(1 for o in runs if o.verdicts[i].met is True) for i in range(5)]
+        applies = [sum(1 for o in runs if o.verdicts[i].met is not None) for i in range(5)]
+        for i in range(5):
+            totals[i] += met[i]
+            counted[i] += applies[i]
+        ratios = [
+            (o, s.gpu_hours / o.row("oracle@").gpu_hours) for o, s in ours if o.row("oracle@").gpu_hours
+        ]
+        cells = [
+            _worst([(o, s.windows_within_slo * 100) for o, s in ours], True, ".2f"),
+            f"{met[0]}/{applies[0]}",
+            _worst([(o, s.requests_within_slo * 100) for o, s in ours], True, ".2f"),
+            f"{met[1]}/{applies[1]}",
+            f"{met[2]}/{applies[2]}",
+            _worst(ratios, False, ".2f") if ratios else "n/a",
+            f"{met[3]}/{applies[3]}",
+            _worst([(o, s.replica_changes_per_hour) for o, s in ours], False, ".1f"),
+            f"{met[4]}/{applies[4]}",
+        ]
+        lines.append(f"| {shape} | {len(runs)} | " + " | ".join(cells) + " |")
+    met_cells = [f"{totals[i]}/{counted[i]}" for i in range(5)]
+    lines.append(
+        f"| **all** | {len(outcomes)} | | {met_cells[0]} | | {met_cells[1]} | {met_cells[2]} | | "
+        f"{met_cells[3]} | | {met_cells[4]} |"
+    )
+    return "\n".join(lines)
+
+
 def per_trace_table(outcomes: Sequence[TraceOutcome]) -> str:
     lines = [
         "| trace | policy | windows within SLO | requests within SLO | GPU-h | x oracle@99% | changes/h | flaps |",
@@ -497,24 +559,81 @@ def plot_family(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets, pa
     plt.close(figure)
 
 
+def plot_draws(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets, title: str, path: Path) -> None:
+    """Per shape, our policy on each draw: windows within SLO (top) and GPU-hours against oracle@99%
+    (bottom), a line from the draws' worst to their best."""
+    import matplotlib  # noqa: PLC0415 - optional dependency, loaded only to draw
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    shapes = _by_shape(outcomes)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    for x, runs in enumerate(shapes.values()):
+        committed = [DRAW_MARK not in o.trace for o in runs]
+        windows = [o.row(targets.policy).windows_within_slo * 100 for o in runs]
+        ratios = [o.row(targets.policy).gpu_hours / o.row("oracle@").gpu_hours for o in runs]
+        for axis, values in ((top, windows), (bottom, ratios)):
+            axis.vlines(x, min(values), max(values), color="gray", lw=1)
+            for first in (False, True):
+                points = [v for v, c in zip(values, committed, strict=True) if c is first]
+                axis.scatter(
+                    [x] * len(points),
+                    points,
+                    color="tab:red" if first else "black",
+                    marker="D" if first else "o",
+                    s=30 if first else 18,
+                    zorder=4 if first else 3,
+                    label=("draw 0 (the family as committed)" if first else "other draws")
+                    if x == 0
+                    else None,
+                )
+    top.legend(fontsize=8, loc="lower left")
+    top.axhline(targets.windows * 100, color="black", ls="--", lw=0.8)
+    top.set_ylabel("1-min windows with TTFT p95 within SLO (%)")
+    top.set_title(title)
+    bottom.axhline(targets.oracle_ratio, color="black", ls="--", lw=0.8)
+    bottom.set_ylabel("GPU-hours / oracle@99%")
+    bottom.set_xticks(range(len(shapes)), list(shapes), rotation=35, ha="right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def write_family(
     outcomes: Sequence[TraceOutcome],
     scenario: Scenario,
     targets: RobustnessTargets,
     out_dir: Path,
     family_name: str,
+    *,
+    draws: Sequence[int] = (0,),
 ) -> list[Path]:
-    """table.md (every run), targets.md (verdicts, the distribution, the reasons), results.json, family.png."""
+    """table.md (every run), targets.md (verdicts, the distribution, the reasons), results.json, family.png;
+    over several draws also draws.png, and targets.md gains the worst of each shape over its draws."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    several = len(draws) > 1
+    command = f"llama-bench bench --family {family_name}" + (
+        f" --draws {' '.join(str(d) for d in draws)}" if tuple(draws) != (0,) else ""
+    )
+    over_draws = (
+        f"## Over draws\n\nEach generated shape drawn from {len(draws)} seeds (draws "
+        f"{', '.join(str(d) for d in draws)}; draw 0 is the family as committed, `name#k` is draw k): the "
+        f"worst figure of each target over the draws, the draw it came from, and on how many draws it was "
+        f"met. Plot: [draws.png](draws.png).\n\n{draws_table(outcomes, targets)}\n\n"
+        if several
+        else ""
+    )
     table = out_dir / "table.md"
     table.write_text(per_trace_table(outcomes) + "\n", encoding="utf-8")
     report = out_dir / "targets.md"
     reasons = "\n".join(f"- {v.line(o.trace)}" for o in outcomes for v in o.verdicts if v.met is False)
     report.write_text(
         f"# Robustness over the `{family_name}` family\n\n"
-        f"Generated by `llama-bench bench --family {family_name}`; every run in [table.md](table.md).\n\n"
+        f"Generated by `{command}`; every run in [table.md](table.md).\n\n"
         f"## Traces\n\n{traces_table(outcomes)}\n\n"
         f"## Targets per trace (policy {targets.policy})\n\n{targets_table(outcomes)}\n\n"
+        f"{over_draws}"
         f"## Distribution over the family\n\n{distribution_table(outcomes)}\n\n"
         f"## Misses, by how much and why\n\n{reasons or 'None.'}\n",
         encoding="utf-8",
@@ -524,6 +643,7 @@ def write_family(
         json.dumps(
             {
                 "family": family_name,
+                "draws": list(draws),
                 "scenario": scenario_json(scenario),
                 "traces": [
                     {
@@ -545,7 +665,17 @@ def write_family(
     )
     figure = out_dir / "family.png"
     plot_family(outcomes, targets, figure)
-    return [table, report, results, figure]
+    files = [table, report, results, figure]
+    if several:
+        files.append(out_dir / "draws.png")
+        plot_draws(
+            outcomes,
+            targets,
+            f"Policy slo on the {family_name} family's shapes over draws {', '.join(str(d) for d in draws)} "
+            "(T4, Llama 3.2 1B, TTFT p95 <= 1 s, 40 s cold start)",
+            files[-1],
+        )
+    return files
 
 
 def run_family_command(args: argparse.Namespace, scenario: Scenario, progress: Progress) -> int:
@@ -553,16 +683,20 @@ def run_family_command(args: argparse.Namespace, scenario: Scenario, progress: P
     targets per trace and the distribution."""
 
     name = args.family or "dev"
-    traces = family_traces(name, args.minutes, args.only)
+    draws = args.draws or [0]
+    traces = family_traces(name, args.minutes, args.only, draws)
     progress(f"family {name}: {len(traces)} traces ({', '.join(t.name for t, _ in traces)})")
     if args.frontier:
         _, files = run_frontier(scenario, [t for t, _ in traces], args.out, progress)
     else:
         targets = RobustnessTargets(requests=scenario.target_attainment)
         outcomes = run_family(scenario, traces, progress, targets)
-        files = write_family(outcomes, scenario, targets, args.out, name)
+        files = write_family(outcomes, scenario, targets, args.out, name, draws=draws)
         print(targets_table(outcomes))
         print()
+        if len(draws) > 1:
+            print(draws_table(outcomes, targets))
+            print()
         print(distribution_table(outcomes))
     for path in files:
         print(f"wrote {path}")

@@ -487,6 +487,27 @@ GENERATED_TRACES: dict[str, TraceSpec] = {
 }
 
 
+# Another draw of a family: the same shapes from other seeds (`reseeded`). A family's fixed seeds are one
+# sample of each shape; policies tuned while looking at them can fit that sample's bursts. Seeds of draw k
+# are the family's plus k * DRAW_SEED_STRIDE, far from every committed seed.
+DRAW_SEED_STRIDE = 1000
+DRAW_MARK = "#"  # `mmpp-bursts#2`: the shape mmpp-bursts, draw 2
+
+
+def reseeded(spec: TraceSpec, draw: int) -> TraceSpec:
+    """`spec`'s shape from draw `draw`'s seed (draw 0: `spec` itself), named `name#draw`."""
+    if draw < 0:
+        raise ValueError(f"draw must be 0 or more, got {draw}")
+    if draw == 0:
+        return spec
+    return replace(spec, name=f"{spec.name}{DRAW_MARK}{draw}", seed=spec.seed + draw * DRAW_SEED_STRIDE)
+
+
+def shape_of(trace_name: str) -> str:
+    """The shape a (possibly reseeded) trace was drawn from: `mmpp-bursts#2` -> `mmpp-bursts`."""
+    return trace_name.split(DRAW_MARK, 1)[0]
+
+
 def family(name: str) -> tuple[TraceSpec, ...]:
     if name not in FAMILIES:
         raise ValueError(f"unknown trace family {name!r}; known: {', '.join(FAMILIES)}")

@@ -13,9 +13,11 @@ from llama_bench.sim.commands import register
 from llama_bench.sim.family import (
     RobustnessTargets,
     TraceOutcome,
+    Verdict,
     _baseline_runs,
     base_name,
     change_pattern,
+    draws_table,
     family_traces,
     judge,
     missed_windows,
@@ -24,7 +26,7 @@ from llama_bench.sim.frontier import FrontierPoint, dominated
 from llama_bench.sim.report import RunSummary
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace, TraceRequest
-from llama_bench.sim.tracegen import family
+from llama_bench.sim.tracegen import family, generate, reseeded, shape_of
 
 
 def call(argv: list[str]) -> int:
@@ -56,6 +58,80 @@ def test_family_traces_include_the_bundled_ones_and_cut_slices() -> None:
     assert "bundled" in traces[1][1]
     with pytest.raises(ValueError, match="not in family"):
         family_traces("dev", only=["nope"])
+
+
+def test_a_draw_is_the_same_shape_from_other_seeds() -> None:
+    """Draw k regenerates each shape from a seed of its own: other arrivals, the same shape, the same every
+    time; draw 0 is the family as committed."""
+    spec = next(s for s in family("dev") if s.name == "mmpp-bursts")
+    assert reseeded(spec, 0) is spec
+    drawn = reseeded(spec, 2)
+    assert drawn.name == "mmpp-bursts#2" and shape_of(drawn.name) == "mmpp-bursts"
+    assert drawn.seed not in {s.seed for f in ("dev", "holdout") for s in family(f)}
+    first, again, committed = generate(drawn), generate(reseeded(spec, 2)), generate(spec)
+    assert first.requests == again.requests
+    assert first.requests[:50] != committed.requests[:50]
+    # The same shape: a mean rate within a few percent of the committed draw's.
+    assert len(first.requests) == pytest.approx(len(committed.requests), rel=0.15)
+    with pytest.raises(ValueError, match="0 or more"):
+        reseeded(spec, -1)
+
+
+def test_family_draws_add_the_generated_shapes_only() -> None:
+    """The bundled Azure traces are one real sample: they come with draw 0, never reseeded."""
+    traces = family_traces("dev", minutes=1, only=["flash-8x", "code"], draws=[0, 1, 3])
+    assert [t.name for t, _ in traces] == ["flash-8x", "code", "flash-8x#1", "flash-8x#3"]
+    assert traces[2][1].endswith("(draw 1)")
+    assert [t.name for t, _ in family_traces("holdout", minutes=1, only=["steep-ramp"], draws=[2])] == [
+        "steep-ramp#2"
+    ]
+    for bad in ([], [1, 1], [-1]):
+        with pytest.raises(ValueError, match="draws"):
+            family_traces("dev", minutes=1, draws=bad)
+
+
+def _outcome(trace: str, windows: float, gpu_hours: float, met: list[bool | None]) -> TraceOutcome:
+    rows = [
+        BenchRow(summary("slo", windows, gpu_hours), 1.0, 1.0),
+        BenchRow(summary("oracle@99%", 1.0, 1.0), 1.0, 1.0),
+    ]
+    outcome = TraceOutcome(trace, "", 10, 100, rows, {})
+    outcome.verdicts = [Verdict(f"target {i}", m, "") for i, m in enumerate(met)]
+    return outcome
+
+
+def test_the_draws_table_gives_each_shape_its_worst_draw_and_how_often_it_met() -> None:
+    outcomes = [
+        _outcome("flash-4x", 1.0, 1.1, [True, True, False, True, True]),
+        _outcome("flash-4x#1", 0.95, 1.4, [False, None, False, False, True]),
+        _outcome("flash-4x#2", 0.98, 1.2, [False, True, True, True, True]),
+        _outcome("gamma-bursty", 1.0, 0.9, [True, True, True, True, True]),
+    ]
+    table = draws_table(outcomes, RobustnessTargets())
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    assert rows["flash-4x"].startswith("| flash-4x | 3 | 95.00 (draw 1) | 1/3 |")
+    assert "| 1.40 (draw 1) | 2/3 |" in rows["flash-4x"]
+    assert "| 99.50 (draw 0) | 2/2 |" in rows["flash-4x"]  # requests: judged on two draws only
+    assert rows["gamma-bursty"].startswith("| gamma-bursty | 1 | 100.00 (draw 0) | 1/1 |")
+    assert rows["**all**"] == "| **all** | 4 | | 2/4 | | 3/3 | 2/4 | | 3/4 | | 4/4 |"
+
+
+def test_bench_family_over_draws_writes_the_worst_per_shape_and_a_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "draws"
+    argv = ["bench", "--family", "holdout", "--only", "steep-ramp", "--minutes", "3", "--out", str(out)]
+    assert call([*argv, "--draws", "0", "1"]) == 0
+    report = (out / "targets.md").read_text()
+    assert "--family holdout --draws 0 1`" in report
+    assert "## Over draws" in report and "| steep-ramp | 2 |" in report
+    results = json.loads((out / "results.json").read_text())
+    assert results["draws"] == [0, 1]
+    assert [t["trace"] for t in results["traces"]] == ["steep-ramp", "steep-ramp#1"]
+    assert (out / "draws.png").stat().st_size > 10_000
+    assert "| shape | draws |" in capsys.readouterr().out
+    assert call(["bench", "--draws", "1"]) == 2
+    assert "--draws needs --family" in capsys.readouterr().err
 
 
 def test_the_holdout_family_is_generated_traces_only() -> None:
