@@ -428,7 +428,7 @@ def _by_shape(outcomes: Sequence[TraceOutcome]) -> dict[str, list[TraceOutcome]]
 
 
 def _worst(runs: Sequence[tuple[TraceOutcome, float]], lowest: bool, fmt: str) -> str:
-    """The worst value and the draw it came from: '91.11 % (draw 2)'."""
+    """The worst value and the draw it came from: '91.11 (draw 2)'."""
     outcome, value = (min if lowest else max)(runs, key=lambda r: r[1])
     _, _, draw = outcome.trace.partition(DRAW_MARK)
     return f"{format(value, fmt)} (draw {draw or 0})"
@@ -436,7 +436,7 @@ def _worst(runs: Sequence[tuple[TraceOutcome, float]], lowest: bool, fmt: str) -
 
 def draws_table(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets) -> str:
     """Per shape over its draws (the same shape from other seeds): the worst figure of each target, the
-    trace it came from, and on how many draws the target was met."""
+    draw it came from, and on how many draws the target was met (of those where it applies)."""
     lines = [
         "| shape | draws | windows within SLO (%): worst | met | requests within SLO (%): worst | met "
         "| undominated: met | GPU-h x oracle@99%: worst | met | changes/h: worst | met |",
