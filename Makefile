@@ -123,7 +123,7 @@ bench-holdout: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --family holdout --out docs/bench/holdout
 
 # Both families' generated shapes from three more draws of seeds (docs/bench/draws): the worst case of each
-# shape over four samples of it, not only over the committed one. A benchmark, not a CI step. ~12 min each.
+# shape over four samples of it, not only over the committed one. A benchmark, not a CI step. ~16 min.
 bench-draws: setup
 	nice -n 10 $(VENV)/bin/llama-bench bench --family dev --draws 0 1 2 3 --out docs/bench/draws/dev
 	nice -n 10 $(VENV)/bin/llama-bench bench --family holdout --draws 0 1 2 3 --out docs/bench/draws/holdout
