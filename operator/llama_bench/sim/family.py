@@ -32,7 +32,7 @@ from llama_bench.sim.progress import Progress, prefixed
 from llama_bench.sim.report import WINDOW_SECONDS, RunSummary, quantile
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import BUNDLED_TRACES, Trace, load_trace
-from llama_bench.sim.tracegen import DRAW_MARK, TraceSpec, family, generate, head, reseeded, shape_of
+from llama_bench.sim.tracegen import TraceSpec, draw_of, family, generate, head, reseeded, shape_of
 
 BURST_RATIO = 1.5  # a minute with this many times the previous five minutes' mean arrivals is a burst
 LONG_PROMPT_SHARE = 0.8  # a percentile prompt whose prefill alone takes this share of the SLO
@@ -430,8 +430,7 @@ def _by_shape(outcomes: Sequence[TraceOutcome]) -> dict[str, list[TraceOutcome]]
 def _worst(runs: Sequence[tuple[TraceOutcome, float]], lowest: bool, fmt: str) -> str:
     """The worst value and the draw it came from: '91.11 (draw 2)'."""
     outcome, value = (min if lowest else max)(runs, key=lambda r: r[1])
-    _, _, draw = outcome.trace.partition(DRAW_MARK)
-    return f"{format(value, fmt)} (draw {draw or 0})"
+    return f"{format(value, fmt)} (draw {draw_of(outcome.trace)})"
 
 
 def draws_table(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets) -> str:
@@ -570,7 +569,7 @@ def plot_draws(outcomes: Sequence[TraceOutcome], targets: RobustnessTargets, tit
     shapes = _by_shape(outcomes)
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
     for x, runs in enumerate(shapes.values()):
-        committed = [DRAW_MARK not in o.trace for o in runs]
+        committed = [draw_of(o.trace) == 0 for o in runs]
         windows = [o.row(targets.policy).windows_within_slo * 100 for o in runs]
         ratios = [o.row(targets.policy).gpu_hours / o.row("oracle@").gpu_hours for o in runs]
         for axis, values in ((top, windows), (bottom, ratios)):

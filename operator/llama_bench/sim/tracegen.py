@@ -508,6 +508,12 @@ def shape_of(trace_name: str) -> str:
     return trace_name.split(DRAW_MARK, 1)[0]
 
 
+def draw_of(trace_name: str) -> int:
+    """The draw a trace comes from: `mmpp-bursts#2` -> 2, `mmpp-bursts` (or a bundled trace) -> 0."""
+    _, _, draw = trace_name.partition(DRAW_MARK)
+    return int(draw) if draw else 0
+
+
 def family(name: str) -> tuple[TraceSpec, ...]:
     if name not in FAMILIES:
         raise ValueError(f"unknown trace family {name!r}; known: {', '.join(FAMILIES)}")

@@ -35,8 +35,6 @@ VLLM_TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
-# vLLM V1's bucket bounds for vllm:inter_token_latency_seconds: catalog/vllm.py (the planner plans TPOT
-# against them too).
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:

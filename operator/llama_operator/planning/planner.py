@@ -887,19 +887,16 @@ def _read_at(objective: float) -> str:
             "histogram the percentile read from it only says whether the tokens came within that bound; "
             "planned for the objective)"
         )
-    measured = measurable_tpot(objective)
-    return "" if measured == objective else f" (read at {measured:g}s: {_between_buckets(objective)})"
-
-
-def _between_buckets(objective: float) -> str:
-    """Why an objective between two bounds of vLLM's inter-token latency histogram is planned at the lower."""
+    # Between two bounds: planned at the lower one.
     lower = measurable_tpot(objective)
+    if lower == objective:
+        return ""
     upper = min((b for b in VLLM_ITL_BUCKETS if b > objective), default=None)
     beyond = "" if upper is None else f" and {upper * 1000:g} ms"
     return (
-        f"vLLM's inter-token latency histogram has no bound between {lower * 1000:g}{beyond}, and the "
-        f"percentile read from it lies between them by interpolation: steps within {lower * 1000:g} ms read "
-        "as met"
+        f" (read at {lower:g}s: vLLM's inter-token latency histogram has no bound between {lower * 1000:g}"
+        f"{beyond}, and the percentile read from it lies between them by interpolation: steps within "
+        f"{lower * 1000:g} ms read as met)"
     )
 
 
