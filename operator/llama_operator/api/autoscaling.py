@@ -53,6 +53,15 @@ class Recommendation(WireModel):
             "(a replica's worth of noise, not a burst): not taken as a sign that the load comes in bursts."
         ),
     ] = None
+    ahead: Annotated[
+        int | None,
+        Field(
+            description="Replicas taken beyond the load's need because the load was climbing (the third "
+            "scale-up within the stabilization window): held like the rest, but not counted as a rise of "
+            "the load.",
+            ge=1,
+        ),
+    ] = None
 
 
 class ScalingDecision(WireModel):
@@ -96,6 +105,13 @@ class AutoscalerState(WireModel):
     ] = Field(default_factory=list)
     last_scale_time: Annotated[Time | None, Field(description="When replicas last changed.")] = None
     last_scale_up_time: Annotated[Time | None, Field(description="When replicas were last added.")] = None
+    recent_scale_ups: Annotated[
+        list[Time],
+        Field(
+            description="When replicas were added within the last stabilization window: a third rise "
+            "within it, with the need's floor risen, is a climb, taken one replica ahead."
+        ),
+    ] = Field(default_factory=list)
     last_scale_down_time: Annotated[
         Time | None,
         Field(

@@ -123,6 +123,13 @@ class PolicyTuning:
     # to the tail than TTFT's per-request `window_tail_share` keeps the window's percentile.
     chunk_step_margin: float = 0.9
     chunk_step_tail_share: float = 0.5
+    # A climb: a rise after `climb_rises` scale-ups within the stabilization window, with the need's floor
+    # in the window's later half above its floor in the earlier half (the load rose, not only its noise),
+    # is taken `climb_ahead` replicas beyond the need. A load that has risen three times in a window is
+    # likely to rise again before a replica starts; a step ahead saves that step's change and its cold
+    # start (mixed: one replica per evaluation, 4 -> 12 in eight changes). None: off.
+    climb_rises: int | None = 2
+    climb_ahead: int = 1
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -304,6 +311,15 @@ def _serve(
             history[-1] = history[-1].model_copy(update={"confirming": True})
     elif recommended > current:
         desired, reason = recommended, f"scale up {current} -> {recommended}: {need.why}"
+        ahead = _climb_ahead(spec, state, now, tuning, recommended=recommended, high=high)
+        if ahead:
+            desired = recommended + ahead
+            reason = (
+                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing "
+                f"(a scale-up {len(_recent_scale_ups(spec, state, now)) + 1} times in "
+                f"{_window_words(spec.scale_down_stabilization_seconds, spec)})"
+            )
+            history = _taken_ahead(history, now, desired, ahead)
     elif recommended < current and burst.floor >= current and burst.need is not None:
         reason = f"holding {current}: {need.why}, but {burst.need.why}"
     elif recommended < current:
@@ -316,6 +332,7 @@ def _serve(
         "recommendations": history,
         "slo_breach_since": breach_since,
         "burst_since": burst.since,
+        "recent_scale_ups": _recent_scale_ups(spec, state, now) + ([now] if desired > current else []),
         "capacity_tokens_per_second": capacity,
         "capacity_corrected_time": corrected_time,
         "idle_since": idle_since,
@@ -329,6 +346,54 @@ def _serve(
         limited_message=limited_message,
         slo_met=slo_met,
     )
+
+
+def _recent_scale_ups(spec: AutoscalingSpec, state: AutoscalerState, now: float) -> list[float]:
+    """The scale-ups within the stabilization window before this evaluation."""
+    return [time for time in state.recent_scale_ups if now - time <= spec.scale_down_stabilization_seconds]
+
+
+def _climb_ahead(
+    spec: AutoscalingSpec,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+    *,
+    recommended: int,
+    high: int,
+) -> int:
+    """Replicas to take beyond the need on this rise: `climb_ahead` when the load is climbing (see
+    PolicyTuning), within maxReplicas. The floor test keeps out a load that only swings: its lowest need
+    does not rise from one half of the window to the next, however often a swing up was taken."""
+    if tuning.climb_rises is None or len(_recent_scale_ups(spec, state, now)) < tuning.climb_rises:
+        return 0
+    window = float(spec.scale_down_stabilization_seconds)
+    earlier = _lowest_need_in(state.recommendations, now - window, now - window / 2)
+    later = _lowest_need_in(state.recommendations, now - window / 2, now)
+    if earlier is None or later is None or later <= earlier:
+        return 0
+    return max(0, min(recommended + tuning.climb_ahead, high) - recommended)
+
+
+def _taken_ahead(history: list[Recommendation], now: float, desired: int, ahead: int) -> list[Recommendation]:
+    """The history with this evaluation's recommendation at what was taken, so that the replicas ahead are
+    held through the stabilization window like the rest (marked, so that they never read as the load's)."""
+    taken = Recommendation(time=now, replicas=desired, ahead=ahead)
+    return [*history[:-1], taken] if history[-1].time == now else [*history, taken]
+
+
+def _need_of(recommendation: Recommendation) -> int:
+    """What the load needed at a recommendation, without the replicas taken ahead of a climb."""
+    return recommendation.replicas - (recommendation.ahead or 0)
+
+
+def _lowest_need_in(history: list[Recommendation], since: float, until: float) -> int | None:
+    """The lowest need in force at any time within [since, until); None when the history does not reach
+    back to `since` (nothing to compare with yet)."""
+    before = [entry for entry in history if entry.time <= since]
+    if not before:
+        return None
+    return min(_need_of(entry) for entry in [before[-1], *(e for e in history if since < e.time < until)])
 
 
 def _served_state(
@@ -744,7 +809,7 @@ def _stabilization_window(
         and now - current.time <= memory
         and not current.queued
         and not current.confirming
-        and current.replicas >= _lowest_before(history, index, tuning.burst_rise_seconds) + tuning.burst_rise
+        and _need_of(current) >= _lowest_before(history, index, tuning.burst_rise_seconds) + tuning.burst_rise
     )
     return base * tuning.burst_window_factor if rises >= tuning.burst_count else base
 
@@ -753,11 +818,11 @@ def _lowest_before(history: list[Recommendation], index: int, seconds: float) ->
     """The lowest recommendation in force within `seconds` before change point `index` (the one just
     before it at least): a need that climbs a replica per evaluation rises as sharply as one that jumps."""
     since = history[index].time - seconds
-    lowest = history[index - 1].replicas
+    lowest = _need_of(history[index - 1])
     for earlier in range(index - 2, -1, -1):
         if history[earlier + 1].time < since:  # it was replaced before the span began
             break
-        lowest = min(lowest, history[earlier].replicas)
+        lowest = min(lowest, _need_of(history[earlier]))
     return lowest
 
 
