@@ -315,9 +315,9 @@ def _serve(
         if ahead:
             desired = recommended + ahead
             reason = (
-                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing "
-                f"(a scale-up {len(_recent_scale_ups(spec, state, now)) + 1} times in "
-                f"{_window_words(spec.scale_down_stabilization_seconds, spec)})"
+                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing, "
+                f"{len(_recent_scale_ups(spec, state, now)) + 1} scale-ups within the last "
+                f"{spec.scale_down_stabilization_seconds}s and the need's floor risen"
             )
             history = _taken_ahead(history, now, desired, ahead)
     elif recommended < current and burst.floor >= current and burst.need is not None:
@@ -378,8 +378,9 @@ def _climb_ahead(
 def _taken_ahead(history: list[Recommendation], now: float, desired: int, ahead: int) -> list[Recommendation]:
     """The history with this evaluation's recommendation at what was taken, so that the replicas ahead are
     held through the stabilization window like the rest (marked, so that they never read as the load's)."""
-    taken = Recommendation(time=now, replicas=desired, ahead=ahead)
-    return [*history[:-1], taken] if history[-1].time == now else [*history, taken]
+    if history[-1].time == now:  # this evaluation's need, its marks kept
+        return [*history[:-1], history[-1].model_copy(update={"replicas": desired, "ahead": ahead})]
+    return [*history, Recommendation(time=now, replicas=desired, ahead=ahead)]
 
 
 def _need_of(recommendation: Recommendation) -> int:
