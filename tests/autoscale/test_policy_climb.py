@@ -1,4 +1,4 @@
-"""decide() on a climbing load: the third scale-up within the stabilization window, with the need's floor
+"""decide() on a climbing load: the third rise within the stabilization window, with the need's floor
 risen from one half of the window to the next, is taken one replica beyond the need (a step of the climb
 and its change saved); a load that only swings, a second rise, and maxReplicas are left as they were. The
 replicas ahead are held like any need, never read as the load's, and what it remembers lives in status."""
@@ -78,7 +78,8 @@ def test_the_third_rise_of_a_climb_is_taken_one_replica_ahead() -> None:
     assert decision.desired_replicas == 7
     assert decision.reason.startswith("scale up 4 -> 7: ")
     assert decision.reason.endswith(
-        "; 1 ahead of it: the load is climbing, 3 scale-ups within the last 300s and the need's floor risen"
+        "; 1 ahead of it: the load is climbing (2 rises before this one within the last 300s, the need's floor "
+        "risen)"
     )
     latest = decision.state.recommendations[-1]
     assert (latest.time, latest.replicas, latest.ahead) == (NOW, 7, 1)
@@ -91,6 +92,14 @@ def test_a_second_rise_is_taken_as_the_need_says() -> None:
     assert decision.desired_replicas == 6
     assert "ahead" not in decision.reason
     assert decision.state.recommendations[-1].ahead is None
+
+
+def test_scale_ups_within_one_rate_window_of_each_other_are_one_rise() -> None:
+    # 2 -> 3 -> 4 ten seconds apart: one rise, seen step by step as the 20 s rate window filled.
+    one_rise = state([(400.0, 2), (110.0, 3), (100.0, 4)], scale_ups=[110.0, 100.0])
+    decision = decide(SPEC, signals(rate=RATE, replicas=4), one_rise, NOW)
+    assert decision.desired_replicas == 6
+    assert "ahead" not in decision.reason
 
 
 def test_scale_ups_older_than_the_window_do_not_make_a_climb() -> None:

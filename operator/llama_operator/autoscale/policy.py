@@ -123,11 +123,12 @@ class PolicyTuning:
     # to the tail than TTFT's per-request `window_tail_share` keeps the window's percentile.
     chunk_step_margin: float = 0.9
     chunk_step_tail_share: float = 0.5
-    # A climb: a rise after `climb_rises` scale-ups within the stabilization window, with the need's floor
-    # in the window's later half above its floor in the earlier half (the load rose, not only its noise),
-    # is taken `climb_ahead` replicas beyond the need. A load that has risen three times in a window is
-    # likely to rise again before a replica starts; a step ahead saves that step's change and its cold
-    # start (mixed: one replica per evaluation, 4 -> 12 in eight changes). None: off.
+    # A climb: a rise after `climb_rises` rises within the stabilization window (scale-ups within one rate
+    # window of each other are one rise, seen step by step as the window fills), with the need's floor in
+    # the window's later half above its floor in the earlier half (the load rose, not only its noise), is
+    # taken `climb_ahead` replicas beyond the need. A load that has risen three times in a window is likely
+    # to rise again before a replica starts; a step ahead saves that step's change and its cold start
+    # (mixed: 4 -> 12 in eight scale-ups). None: off.
     climb_rises: int | None = 2
     climb_ahead: int = 1
 
@@ -311,13 +312,14 @@ def _serve(
             history[-1] = history[-1].model_copy(update={"confirming": True})
     elif recommended > current:
         desired, reason = recommended, f"scale up {current} -> {recommended}: {need.why}"
-        ahead = _climb_ahead(spec, state, now, tuning, recommended=recommended, high=high)
+        rises = _rises(_recent_scale_ups(spec, state, now), signals.window_seconds)
+        ahead = _climb_ahead(spec, state, now, tuning, rises=rises, recommended=recommended, high=high)
         if ahead:
             desired = recommended + ahead
             reason = (
-                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing, "
-                f"{len(_recent_scale_ups(spec, state, now)) + 1} scale-ups within the last "
-                f"{spec.scale_down_stabilization_seconds}s and the need's floor risen"
+                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing "
+                f"({rises} rises before this one within the last {spec.scale_down_stabilization_seconds}s, "
+                "the need's floor risen)"
             )
             history = _taken_ahead(history, now, desired, ahead)
     elif recommended < current and burst.floor >= current and burst.need is not None:
@@ -353,19 +355,28 @@ def _recent_scale_ups(spec: AutoscalingSpec, state: AutoscalerState, now: float)
     return [time for time in state.recent_scale_ups if now - time <= spec.scale_down_stabilization_seconds]
 
 
+def _rises(scale_ups: list[float], rate_window: float) -> int:
+    """Rises among these scale-ups: one within a rate window of the one before is the same rise, taken
+    step by step as the window filled (mmpp-short-bursts#1: 4 -> 5 -> 6 at 700 and 705 s, one burst)."""
+    return sum(
+        1 for index, time in enumerate(scale_ups) if index == 0 or time - scale_ups[index - 1] > rate_window
+    )
+
+
 def _climb_ahead(
     spec: AutoscalingSpec,
     state: AutoscalerState,
     now: float,
     tuning: PolicyTuning,
     *,
+    rises: int,
     recommended: int,
     high: int,
 ) -> int:
     """Replicas to take beyond the need on this rise: `climb_ahead` when the load is climbing (see
     PolicyTuning), within maxReplicas. The floor test keeps out a load that only swings: its lowest need
     does not rise from one half of the window to the next, however often a swing up was taken."""
-    if tuning.climb_rises is None or len(_recent_scale_ups(spec, state, now)) < tuning.climb_rises:
+    if tuning.climb_rises is None or rises < tuning.climb_rises:
         return 0
     window = float(spec.scale_down_stabilization_seconds)
     earlier = _lowest_need_in(state.recommendations, now - window, now - window / 2)
