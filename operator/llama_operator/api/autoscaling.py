@@ -56,9 +56,9 @@ class Recommendation(WireModel):
     ahead: Annotated[
         int | None,
         Field(
-            description="Replicas taken beyond the load's need because the load was climbing (the third "
-            "scale-up within the stabilization window): held like the rest, but not counted as a rise of "
-            "the load.",
+            description="Replicas taken beyond the load's need because the load was climbing (its third "
+            "rise within the stabilization window): held like the rest, but not counted as a rise of the "
+            "load.",
             ge=1,
         ),
     ] = None
@@ -108,8 +108,9 @@ class AutoscalerState(WireModel):
     recent_scale_ups: Annotated[
         list[Time],
         Field(
-            description="When replicas were added within the last stabilization window: a third rise "
-            "within it, with the need's floor risen, is a climb, taken one replica ahead."
+            description="When replicas were added within the last stabilization window. Scale-ups within one "
+            "signal window of each other are one rise; a third rise within it, with the need's floor risen, "
+            "is a climb, taken one replica ahead."
         ),
     ] = Field(default_factory=list)
     last_scale_down_time: Annotated[
