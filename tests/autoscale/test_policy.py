@@ -9,6 +9,7 @@ from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus, R
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
+from tests.autoscale.builders import load_signals
 
 SPEC = AutoscalingSpec(
     min_replicas=1,
@@ -30,21 +31,10 @@ def signals(
     status: SignalStatus = SignalStatus.OK,
     long_prompt: float | None = None,
 ) -> Signals:
-    return Signals(
-        status=status,
-        ttft_percentile_seconds=ttft,
-        queue_waiting_total=waiting,
-        running_total=rate,
-        kv_cache_usage=0.1,
-        request_rate=rate,
-        prompt_token_rate=rate * prompt,
-        generation_token_rate=rate * 100,
-        ready_replicas=ready,
-        starting_replicas=starting,
-        current_replicas=ready + starting,
-        window_seconds=30.0,
-        prompt_tokens_percentile=long_prompt,
-    )
+    return load_signals(
+        rate=rate, prompt=prompt, ready=ready, starting=starting, waiting=waiting, ttft=ttft, status=status,
+        long_prompt=long_prompt, window=30.0,
+    )  # fmt: skip
 
 
 def fresh_state() -> AutoscalerState:

@@ -9,7 +9,8 @@ from dataclasses import replace
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, decide
-from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.autoscale.signals import Signals
+from tests.autoscale.builders import BURST_WINDOW, load_signals
 
 SPEC = AutoscalingSpec(
     min_replicas=1,
@@ -18,28 +19,11 @@ SPEC = AutoscalingSpec(
     scale_down_stabilization_seconds=300,
 )
 CAPACITY = 10_000.0  # prompt tokens/s per replica
-BURST_WINDOW = 5.0
 
 
 def signals(*, rate: float, burst_rate: float | None, ready: int = 2, prompt: float = 1000.0) -> Signals:
     """The rate window's load at `rate` req/s, the burst window's at `burst_rate` (None: not measured)."""
-    return Signals(
-        status=SignalStatus.OK,
-        ttft_percentile_seconds=0.3,
-        queue_waiting_total=0.0,
-        running_total=rate,
-        kv_cache_usage=0.1,
-        request_rate=rate,
-        prompt_token_rate=rate * prompt,
-        generation_token_rate=rate * 100,
-        ready_replicas=ready,
-        starting_replicas=0,
-        current_replicas=ready,
-        window_seconds=20.0,
-        burst_request_rate=burst_rate,
-        burst_prompt_token_rate=None if burst_rate is None else burst_rate * prompt,
-        burst_window_seconds=None if burst_rate is None else BURST_WINDOW,
-    )
+    return load_signals(rate=rate, burst_rate=burst_rate, ready=ready, prompt=prompt)
 
 
 def state() -> AutoscalerState:

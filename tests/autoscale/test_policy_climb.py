@@ -10,7 +10,8 @@ from dataclasses import replace
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, decide
-from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.autoscale.signals import Signals
+from tests.autoscale.builders import load_signals
 
 WINDOW = 300
 SPEC = AutoscalingSpec(
@@ -25,20 +26,7 @@ NOW = 10_000.0
 
 def signals(*, rate: float, replicas: int) -> Signals:
     """A steady load of `rate` req/s of 1,000-token prompts on `replicas` ready replicas."""
-    return Signals(
-        status=SignalStatus.OK,
-        ttft_percentile_seconds=0.3,
-        queue_waiting_total=0.0,
-        running_total=rate,
-        kv_cache_usage=0.1,
-        request_rate=rate,
-        prompt_token_rate=rate * 1000.0,
-        generation_token_rate=rate * 100,
-        ready_replicas=replicas,
-        starting_replicas=0,
-        current_replicas=replicas,
-        window_seconds=20.0,
-    )
+    return load_signals(rate=rate, ready=replicas)
 
 
 def state(needs: list[tuple[float, int]], scale_ups: list[float]) -> AutoscalerState:

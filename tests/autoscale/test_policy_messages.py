@@ -8,24 +8,12 @@ import itertools
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import decide
-from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.autoscale.signals import Signals
+from tests.autoscale.builders import load_signals
 
 
 def load(rate: float, ready: int, ttft: float = 0.3) -> Signals:
-    return Signals(
-        status=SignalStatus.OK,
-        ttft_percentile_seconds=ttft,
-        queue_waiting_total=0.0,
-        running_total=rate,
-        kv_cache_usage=0.1,
-        request_rate=rate,
-        prompt_token_rate=rate * 1000,
-        generation_token_rate=rate * 100,
-        ready_replicas=ready,
-        starting_replicas=0,
-        current_replicas=ready,
-        window_seconds=30.0,
-    )
+    return load_signals(rate=rate, ready=ready, ttft=ttft, window=30.0)
 
 
 def spec(*, stabilization: int, interval: int) -> AutoscalingSpec:
