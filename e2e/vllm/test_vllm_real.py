@@ -69,48 +69,63 @@ def test_chat(server: Any) -> None:
 def test_requests_wait_and_kv_cache_fills(server: Any) -> None:
     """max-num-seqs 2 and 16 KV blocks: 5 concurrent requests must queue and use the cache."""
     srv = server
-    seen = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
-    stop = threading.Event()
-
-    errors: list[str] = []
-
-    def watch() -> None:
-        while not stop.is_set():
-            try:
-                samples = vs.parse_samples(srv.metrics_text())
-            except Exception as exc:  # keep watching; reported below if nothing was seen
-                errors.append(repr(exc))
-                continue
-            for name, key in (
-                ("vllm:num_requests_waiting", "waiting"),
-                ("vllm:num_requests_running", "running"),
-                ("vllm:kv_cache_usage_perc", "kv"),
-            ):
-                for n, labels, value in samples:
-                    if n == name and labels.get("model_name") == MODEL:
-                        seen[key] = max(seen[key], value)
-            time.sleep(0.1)
 
     def queued_seconds() -> float:  # the engine's own record of time spent waiting, summed over requests
         return srv.metric_value("vllm:request_queue_time_seconds_sum", model_name=MODEL) or 0.0
 
-    queued_before = queued_seconds()
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    prompt = "Kubernetes schedules pods onto nodes. " * 10  # ~160 tokens: prefill shows in KV usage
-    try:
-        with ThreadPoolExecutor(max_workers=5) as pool:
-            futures = [
-                pool.submit(srv.complete, prompt, max_tokens=300, ignore_eos=True, timeout=300)
-                for _ in range(5)
-            ]
-            results = [f.result() for f in futures]
-    finally:
-        stop.set()
-        watcher.join(timeout=10)
-    queued = queued_seconds() - queued_before
-    assert all(r["usage"]["completion_tokens"] == 300 for r in results)
-    print(f"\npeaks while 5 requests ran: {seen}; queued {queued:.2f} s in all; scrape errors: {len(errors)}")
+    def burst() -> tuple[dict[str, float], float, list[str]]:
+        """Five requests at once, the gauges polled meanwhile: the peaks seen, the seconds queued, scrape errors."""
+        seen = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
+        stop = threading.Event()
+        errors: list[str] = []
+
+        def watch() -> None:
+            while not stop.is_set():
+                try:
+                    samples = vs.parse_samples(srv.metrics_text())
+                except Exception as exc:  # keep watching; reported below if nothing was seen
+                    errors.append(repr(exc))
+                    continue
+                for name, key in (
+                    ("vllm:num_requests_waiting", "waiting"),
+                    ("vllm:num_requests_running", "running"),
+                    ("vllm:kv_cache_usage_perc", "kv"),
+                ):
+                    for n, labels, value in samples:
+                        if n == name and labels.get("model_name") == MODEL:
+                            seen[key] = max(seen[key], value)
+                time.sleep(0.1)
+
+        queued_before = queued_seconds()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        prompt = "Kubernetes schedules pods onto nodes. " * 10  # ~160 tokens: prefill shows in KV usage
+        try:
+            with ThreadPoolExecutor(max_workers=5) as pool:
+                futures = [
+                    pool.submit(srv.complete, prompt, max_tokens=300, ignore_eos=True, timeout=300)
+                    for _ in range(5)
+                ]
+                results = [f.result() for f in futures]
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+        assert all(r["usage"]["completion_tokens"] == 300 for r in results)
+        return seen, queued_seconds() - queued_before, errors
+
+    # The gauges can only be read by a poll that lands while the requests run. On a loaded host (CI runs
+    # the lanes side by side) one poll can take the whole burst; such a round shows nothing running and
+    # proves nothing either way, so the burst is repeated, a bounded number of times.
+    rounds = 3
+    for attempt in range(1, rounds + 1):
+        seen, queued, errors = burst()
+        print(
+            f"\nround {attempt}: peaks while 5 requests ran: {seen}; queued {queued:.2f} s in all; "
+            f"scrape errors: {len(errors)}"
+        )
+        if seen["running"] >= 1:
+            break
+    assert seen["running"] >= 1, f"no poll landed while requests ran in {rounds} rounds: {seen} {errors[-3:]}"
     assert seen["running"] <= 2, seen
     # Three of the five waited for a whole request's 300 tokens. The gauge shows it when a poll lands while
     # they wait; the engine's queue-time histogram records it whenever a busy host answers the polls late.
