@@ -111,6 +111,12 @@ REQUIRED_FOR_NEW = (
     "product_labels",
 )
 
+# The autoscaler's rate window: four of the PodMonitor's 5 s scrapes. The simulator's policy reads the same
+# constant, so the benchmarks measure the window the operator ships with.
+SIGNAL_WINDOW_SECONDS = 20.0
+# The fewest scrape intervals a rate window may span (Grafana's $__rate_interval rule).
+SCRAPES_PER_SIGNAL_WINDOW = 4
+
 
 class Settings(BaseModel):
     """Everything the operator reads from its own configuration; pure data, parsed at the edge."""
@@ -307,8 +313,14 @@ class Settings(BaseModel):
     ] = "namespace"
     autoscale_interval_seconds: Annotated[float, Field(description="How often the autoscaler decides.")] = 5.0
     signal_window_seconds: Annotated[
-        float, Field(description="Range of the autoscaler's rate and percentile queries.")
-    ] = 60.0
+        float,
+        Field(
+            description="Range of the autoscaler's rate and percentile queries: at least four scrape intervals "
+            "(burstWindowSeconds), so that every rate has samples. 20 s is four of the PodMonitor's 5 s "
+            "scrapes, the window `llama-bench` measures the policy with; a longer one reacts later.",
+            gt=0,
+        ),
+    ] = SIGNAL_WINDOW_SECONDS
     burst_window_seconds: Annotated[
         float,
         Field(
@@ -495,6 +507,18 @@ class Settings(BaseModel):
                 "prometheus.bearerToken or prometheus.basicAuth mount them from a Secret)"
             )
         return headers
+
+    @model_validator(mode="after")
+    def _signal_window_spans_scrapes(self) -> Settings:
+        # rate() over fewer than two samples is empty: a window of a scrape or two reads no load at times.
+        scrape = self.burst_window_seconds
+        if scrape > 0 and self.signal_window_seconds < SCRAPES_PER_SIGNAL_WINDOW * scrape:
+            raise ValueError(
+                f"signalWindowSeconds {self.signal_window_seconds:g} is under {SCRAPES_PER_SIGNAL_WINDOW} scrape "
+                f"intervals (burstWindowSeconds {scrape:g}): set signalWindowSeconds to at least "
+                f"{SCRAPES_PER_SIGNAL_WINDOW * scrape:g}, or burstWindowSeconds to the real scrape interval"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_prometheus_credential(self) -> Settings:
