@@ -77,3 +77,25 @@ def test_the_operator_refuses_a_short_window_from_its_environment_naming_the_fix
         load_settings({"LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": "10"})
     assert "signalWindowSeconds 10 is under 4 scrape intervals (burstWindowSeconds 5)" in str(refused.value)
     assert "at least 20" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "window"),
+    [
+        ({"burstWindowSeconds": 15}, 60.0),
+        ({"burstWindowSeconds": 2.5}, 10.0),
+        ({"burst_window_seconds": 10}, 40.0),
+        ({"burstWindowSeconds": 0}, 20.0),  # no burst response, no scrape interval stated: the default
+        ({"burstWindowSeconds": 15, "signalWindowSeconds": 90}, 90.0),  # a window set is kept
+    ],
+)
+def test_an_unset_window_is_four_of_the_stated_scrapes(config: dict[str, float], window: float) -> None:
+    # A platform whose Prometheus scrapes every 15 s says so once (burstWindowSeconds), and the window
+    # follows: an upgrade from the 60 s default does not stop an operator configured that way.
+    assert Settings.model_validate(config).signal_window_seconds == window
+
+
+def test_the_window_follows_the_scrape_interval_from_the_environment() -> None:
+    from llama_operator.infra.config import load_settings  # noqa: PLC0415
+
+    assert load_settings({"LLAMA_OPERATOR_BURST_WINDOW_SECONDS": "15"}).signal_window_seconds == 60.0

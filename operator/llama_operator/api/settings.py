@@ -316,8 +316,8 @@ class Settings(BaseModel):
         float,
         Field(
             description="Range of the autoscaler's rate and percentile queries: at least four scrape intervals "
-            "(burstWindowSeconds), so that every rate has samples. 20 s is four of the PodMonitor's 5 s "
-            "scrapes, the window `llama-bench` measures the policy with; a longer one reacts later.",
+            "(burstWindowSeconds), so that every rate has samples; unset, exactly four (20 s at the PodMonitor's "
+            "5 s scrapes, the window `llama-bench` measures the policy with). A longer one reacts later.",
             gt=0,
         ),
     ] = SIGNAL_WINDOW_SECONDS
@@ -507,6 +507,18 @@ class Settings(BaseModel):
                 "prometheus.bearerToken or prometheus.basicAuth mount them from a Secret)"
             )
         return headers
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signal_window_follows_the_scrapes(cls, data: Any) -> Any:
+        # Unset, the window is four scrape intervals: a stated burstWindowSeconds (the scrape interval)
+        # moves it along, rather than leaving a 20 s window over scrapes that are further apart.
+        if not isinstance(data, dict) or {"signal_window_seconds", "signalWindowSeconds"} & data.keys():
+            return data
+        scrape = data.get("burst_window_seconds", data.get("burstWindowSeconds"))
+        if isinstance(scrape, int | float) and not isinstance(scrape, bool) and scrape > 0:
+            return {**data, "signal_window_seconds": SCRAPES_PER_SIGNAL_WINDOW * float(scrape)}
+        return data
 
     @model_validator(mode="after")
     def _signal_window_spans_scrapes(self) -> Settings:
