@@ -88,12 +88,25 @@ def test_prometheus_scrapes_the_operator_and_its_per_service_series(
         "status.plan",
         lambda: ((cluster.get("llamaservice", "chat", namespace) or {}).get("status") or {}).get("plan"),
     )
-    deployment = cluster.get("deployment", "chat", namespace)
-    assert deployment is not None
-    gpus = eventually(
-        "llama_operator_gpus", lambda: prom_query(cluster, f"llama_operator_gpus{{{selector}}}"), 30
+
+    # The gauge is the operator's view of the Deployment at its last cycle, as Prometheus scraped it: a
+    # scrape taken before the operator saw the Deployment's replicas reads an earlier count (CI once read
+    # 0 against 1), so the two are compared until they agree.
+    def gpus_and_held() -> tuple[float, int] | None:
+        deployment = cluster.get("deployment", "chat", namespace)
+        series = prom_query(cluster, f"llama_operator_gpus{{{selector}}}")
+        if deployment is None or not series:
+            return None
+        gpus, held = (
+            float(series[0]["value"][1]),
+            int(deployment["spec"].get("replicas") or 0) * plan["count"],
+        )
+        return (gpus, held) if gpus == held else None
+
+    gpus, held = eventually(
+        "llama_operator_gpus at the Deployment's replicas x GPUs per replica", gpus_and_held, 60
     )
-    assert float(gpus[0]["value"][1]) == deployment["spec"]["replicas"] * plan["count"] >= 1
+    assert gpus == held >= 1
     price = prom_query(cluster, f"llama_operator_gpu_price_per_hour{{{selector}}}")
     assert float(price[0]["value"][1]) == pytest.approx(plan["pricePerHour"] / plan["count"])
     assert prom_query(cluster, f"llama_operator_gpu_seconds_total{{{selector}}}")
