@@ -16,7 +16,7 @@ from llama_bench.baselines.kpa import KnativePodAutoscaler, KpaSettings
 from llama_bench.sim.metrics import MetricsView
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import MeasuredSteps, Plan
-from llama_operator.api.settings import SIGNAL_WINDOW_SECONDS
+from llama_operator.api.settings import POD_MONITOR_SCRAPE_SECONDS, SIGNAL_WINDOW_SECONDS
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, PolicyTuning, decide
 from llama_operator.reconcile.autoscaling import autoscaler_state
@@ -32,7 +32,7 @@ class SloPolicy:
     plan: Plan | None = None  # the planner's plan: its step model seeds the decode capacity (TPOT)
     evaluation_interval: int = 5
     signal_window: float = SIGNAL_WINDOW_SECONDS  # the operator's default rate window
-    burst_window: float | None = 5.0  # the burst window: the latest scrape interval
+    burst_window: float | None = POD_MONITOR_SCRAPE_SECONDS  # the burst window: the latest scrape interval
     tuning: PolicyTuning = DEFAULT_TUNING
     name: str = "slo"
     state: AutoscalerState = field(default_factory=AutoscalerState)

@@ -111,11 +111,13 @@ REQUIRED_FOR_NEW = (
     "product_labels",
 )
 
-# The autoscaler's rate window: four of the PodMonitor's 5 s scrapes. The simulator's policy reads the same
-# constant, so the benchmarks measure the window the operator ships with.
-SIGNAL_WINDOW_SECONDS = 20.0
+# How often the PodMonitors the operator creates have vLLM scraped: the burst window's default.
+POD_MONITOR_SCRAPE_SECONDS = 5.0
 # The fewest scrape intervals a rate window may span (Grafana's $__rate_interval rule).
 SCRAPES_PER_SIGNAL_WINDOW = 4
+# The autoscaler's rate window: four of the PodMonitor's scrapes. The simulator's policy reads the same
+# constant, so the benchmarks measure the window the operator ships with.
+SIGNAL_WINDOW_SECONDS = SCRAPES_PER_SIGNAL_WINDOW * POD_MONITOR_SCRAPE_SECONDS
 
 
 class Settings(BaseModel):
@@ -330,7 +332,7 @@ class Settings(BaseModel):
             ge=0,
             le=60,
         ),
-    ] = 5.0
+    ] = POD_MONITOR_SCRAPE_SECONDS
     pod_monitor: Annotated[
         Literal["auto", "always", "never"],
         Field(

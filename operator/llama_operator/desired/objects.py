@@ -13,7 +13,7 @@ from typing import Any
 
 from llama_operator.api.plan import Plan
 from llama_operator.api.resource import LlamaService
-from llama_operator.api.settings import Settings
+from llama_operator.api.settings import POD_MONITOR_SCRAPE_SECONDS, Settings
 from llama_operator.api.spec import API_VERSION, KIND
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import (
@@ -386,7 +386,7 @@ def build_pod_monitor(svc: LlamaService, settings: Settings) -> Manifest:
                 {
                     "port": "http",
                     "path": "/metrics",
-                    "interval": "5s",
+                    "interval": f"{POD_MONITOR_SCRAPE_SECONDS:g}s",
                     "relabelings": [
                         {"targetLabel": settings.service_label, "replacement": svc.metadata.name},
                         {
