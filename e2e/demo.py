@@ -34,6 +34,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def say(msg: str) -> None:
     print(f"==> {msg}", flush=True)
 
@@ -225,6 +233,18 @@ class Demo:
             start_new_session=True,
         )
         pid_file.write_text(str(proc.pid))
+        # Up and answering before anything is sent to its port: a simulator that could not bind would
+        # otherwise leave the load driver talking to whatever holds the port.
+        url = f"http://127.0.0.1:{self.cluster.fleet_port}/healthz"
+        deadline = time.monotonic() + 60
+        while not _answers(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (STATE / "fleet.log").read_text(errors="replace").strip().splitlines()[-5:]
+                raise SystemExit(
+                    f"the fleet simulator did not come up on port {self.cluster.fleet_port} "
+                    f"(exit {proc.poll()}): {' / '.join(tail)}; its log: {STATE / 'fleet.log'}"
+                )
+            time.sleep(0.3)
         say(f"fleet simulator running as pid {proc.pid} on port {self.cluster.fleet_port}")
 
     def replicas(self, name: str) -> int | None:

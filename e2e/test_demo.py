@@ -4,6 +4,7 @@ when any of that does not happen, so this test fails whenever the README's first
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,27 @@ def demo_down(cluster: Cluster) -> Iterator[None]:
     subprocess.run([sys.executable, "e2e/demo.py", "down"], cwd=repo_root(), check=False, timeout=120)
     cluster.kubectl("delete", "namespace", DEMO_NS, "--wait=false", check=False)
     cluster.helm("uninstall", DEMO_RELEASE, "-n", DEMO_RELEASE_NS)
+
+
+def test_a_fleet_simulator_that_cannot_bind_stops_the_demo(cluster: Cluster, demo_down: None) -> None:
+    # CI once ran the demo while another process held the fleet port: the simulator exited at once, and the
+    # load went to that process ("HTTP Error 400"), the demo reporting only that replicas never changed.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", cluster.info.fleet_port))
+        holder.listen()
+        done = subprocess.run(
+            [sys.executable, "e2e/demo.py", "up", "--load-seconds", "0", "--wait-seconds", "30"],
+            cwd=repo_root(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output[-3000:]
+    assert f"the fleet simulator did not come up on port {cluster.info.fleet_port}" in output, output[-3000:]
+    assert "Address already in use" in output, output[-3000:]
+    assert "applied examples/" not in output, output[-3000:]
 
 
 def test_make_demo_places_every_example_and_follows_the_load(cluster: Cluster, demo_down: None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from localcluster.procs import Component, Processes, is_ours
-from localcluster.util import TLSClient, free_port
+from localcluster.util import (
+    ClusterError,
+    TLSClient,
+    ephemeral_port,
+    port_ledger,
+    release_ports,
+    reserve_port,
+)
 
 pytestmark = pytest.mark.beside_operators
 
@@ -60,7 +68,7 @@ def test_up_waits_for_a_component_that_is_still_shutting_down(tmp_path: Path) ->
     starts it again, instead of failing with "process exited" (its own sandbox, not the shared cluster)."""
     script = tmp_path / "slow_exit.py"
     script.write_text(SLOW_EXIT)
-    port = free_port()
+    port = reserve_port(tmp_path)
     comp = Component(
         name="slow",
         argv=[sys.executable, str(script), str(port)],
@@ -86,3 +94,53 @@ def test_up_waits_for_a_component_that_is_still_shutting_down(tmp_path: Path) ->
         time.sleep(0.1)
     assert procs.healthy(comp)
     procs.stop_all([comp], timeout=10)
+    release_ports(tmp_path)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _two_free_ports() -> tuple[int, int]:
+    """Two neighbouring ports below the ephemeral range that nothing binds now."""
+    for low in range(24000, 30000, 2):
+        if _bindable(low) and _bindable(low + 1):
+            return low, low + 1
+    pytest.fail("no two neighbouring free ports")
+
+
+def test_a_reserved_port_is_held_for_its_folder_until_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cluster's fleet port is reserved at `up` and bound only when a fleet simulator starts; another
+    # cluster started meanwhile must not be handed it (CI: the demo's fleet simulator refused with "Address
+    # already in use", its load sent to another process on that port). Nothing here binds the ports.
+    monkeypatch.setenv("LLAMA_OPERATOR_CACHE", str(tmp_path / "cache"))
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    for folder in (first, second, third):
+        folder.mkdir()
+    span = _two_free_ports()
+    a = reserve_port(first, span=span)
+    b = reserve_port(second, span=span)
+    assert {a, b} == set(span)
+    assert (port_ledger() / str(a)).read_text().strip() == str(first.resolve())
+    with pytest.raises(ClusterError, match="no free port"):
+        reserve_port(third, span=span)
+    # The same folder may take its own port again (a cluster brought up again in place).
+    assert reserve_port(first, span=(a, a)) == a
+    # Released, the port goes to the next folder; a folder that is gone holds nothing.
+    assert release_ports(second) == 1
+    assert reserve_port(third, span=span) == b
+    shutil.rmtree(first)
+    assert reserve_port(second, span=span) == a
+    assert (port_ledger() / str(b)).read_text().strip() == str(third.resolve())
+
+
+def test_a_one_off_port_comes_from_the_kernels_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert ephemeral_port() >= low

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from localcluster.binaries import _go_install
 from localcluster.config import REPO_ROOT, cache_paths
-from localcluster.util import ClusterError, free_port, say
+from localcluster.util import ClusterError, ephemeral_port, say
 
 REGISTRY_MODULE = "github.com/distribution/distribution/v3"
 REGISTRY_VERSION = "v3.0.0"
@@ -60,7 +60,7 @@ def start(root: Path) -> Registry:
     """Start a registry storing under `root` (plain HTTP, 127.0.0.1 only); returns once /v2/ answers."""
     binary = ensure_registry_binary()
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = ephemeral_port()
     config = root / "config.yml"
     config.write_text(_config(root, port))
     log = (root / "registry.log").open("ab")

@@ -34,9 +34,10 @@ from localcluster.util import (
     atomic_write,
     file_lock,
     fmt_duration,
-    free_port,
     http_get,
     http_post,
+    release_ports,
+    reserve_port,
     run,
     say,
     wait_until,
@@ -492,7 +493,8 @@ class Cluster:
             "prometheus",
             "fleet",
         )
-        ports = {n: free_port(taken=taken) for n in names}
+        release_ports(lay.root)  # a previous `up` of this folder that was never brought down
+        ports = {n: reserve_port(lay.root, taken=taken) for n in names}
         say("ports: " + ", ".join(f"{k}={v}" for k, v in ports.items()))
         pki = ensure_pki(lay.pki)
         api_url = f"https://127.0.0.1:{ports['kube-apiserver']}"
@@ -740,5 +742,6 @@ class Cluster:
             for note in self.procs.stop_all(group, timeout=timeout):
                 say(f"down: {note}")
         shutil.rmtree(lay.root, ignore_errors=True)
+        release_ports(lay.root)
         say(f"down: removed {lay.root} in {fmt_duration(time.monotonic() - t0)}")
         return 0

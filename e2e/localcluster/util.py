@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from localcluster.config import cache_dir
+
 _T0 = time.monotonic()
 
 
@@ -42,25 +44,87 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> int:
+def port_ledger() -> Path:
+    """One file per reserved port, naming the state folder that holds it; shared by every local
+    cluster (and component sandbox) on this machine."""
+    return cache_dir() / "ports"
+
+
+def reserve_port(
+    owner: Path,
+    host: str = "127.0.0.1",
+    taken: set[int] | None = None,
+    span: tuple[int, int] | None = None,
+) -> int:
     """A free port below the kernel's ephemeral range, so that no outgoing connection can
-    be holding it when a component is restarted later on the same port (the fleet port is
-    only reserved, and others bind it long after `up`). `taken` avoids repeats."""
+    be holding it when a component is restarted later on the same port; held for `owner` (a state
+    folder) in the port ledger until `release_ports(owner)`. A cluster's fleet port is only
+    reserved, and bound long after `up` when a fleet simulator starts: without the ledger another
+    cluster started meanwhile could pick it (CI once saw the demo's fleet simulator refused with
+    "Address already in use" and its load sent to another cluster's process). An entry whose owner
+    folder is gone is stale and handed out again. `taken` avoids repeats within one call site; `span`
+    (inclusive) narrows the range, for tests."""
     taken = taken if taken is not None else set()
-    low, high = 20000, max(_ephemeral_low() - 1, 20001)
+    owner = owner.resolve()
+    low, high = span or (20000, max(_ephemeral_low() - 1, 20001))
     rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(low, high)
-        if port in taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    ledger = port_ledger()
+    ledger.mkdir(parents=True, exist_ok=True)
+    with open(ledger / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for _ in range(400):
+            port = rng.randint(low, high)
+            if port in taken or _held_by_another(ledger / str(port), owner):
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            (ledger / str(port)).write_text(f"{owner}\n")
+            taken.add(port)
+            return port
+    raise ClusterError(f"no free port found in {low}-{high} (ledger {ledger})")
+
+
+def _held_by_another(entry: Path, owner: Path) -> bool:
+    try:
+        holder = Path(entry.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    except OSError:
+        return True  # unreadable: leave it alone
+    return holder != owner and holder.exists()
+
+
+def release_ports(owner: Path) -> int:
+    """Drop `owner`'s ledger entries (and any whose owner folder is gone); how many were dropped."""
+    owner = owner.resolve()
+    ledger = port_ledger()
+    if not ledger.is_dir():
+        return 0
+    dropped = 0
+    with open(ledger / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for entry in ledger.iterdir():
+            if not entry.name.isdigit():
+                continue
             try:
-                s.bind((host, port))
+                holder = Path(entry.read_text().strip())
             except OSError:
                 continue
-        taken.add(port)
-        return port
-    raise ClusterError(f"no free port found in {low}-{high}")
+            if holder == owner or not holder.exists():
+                entry.unlink(missing_ok=True)
+                dropped += 1
+    return dropped
+
+
+def ephemeral_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel picks from its ephemeral range (never one a cluster reserved): for a
+    listener started once and never restarted on the same port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:

@@ -23,7 +23,7 @@ from localcluster.cluster import Layout, build_components  # noqa: E402
 from localcluster.config import ETCD_VERSION, KUBERNETES_VERSION, CachePaths, cache_dir  # noqa: E402
 from localcluster.pki import ensure_pki, kubeconfig  # noqa: E402
 from localcluster.procs import Processes  # noqa: E402
-from localcluster.util import TLSClient, free_port  # noqa: E402
+from localcluster.util import TLSClient, release_ports, reserve_port  # noqa: E402
 
 STARTUP_SECONDS = 60.0
 
@@ -80,7 +80,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         "prometheus",
         "fleet",
     ):
-        ports[name] = free_port(taken=taken)
+        ports[name] = reserve_port(root, taken=taken)
         taken.add(ports[name])
     components = build_components(bins, lay, pki, ports)
     started = [components["etcd"], components["kube-apiserver"]]
@@ -103,3 +103,4 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     finally:
         # A throwaway API server: its graceful shutdown (about 10 s of draining) protects nothing here.
         procs.stop_all(list(reversed(started)), timeout=1.0)
+        release_ports(root)
