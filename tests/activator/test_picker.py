@@ -5,7 +5,17 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from llama_operator.activator.picker import BLOCK_CHARS, pick, prefix_key, prompt_prefix, vllm_load
+from llama_operator.activator.picker import (
+    BLOCK_CHARS,
+    MIN_AFFINE_PREFILL_TOKENS,
+    RecentKeys,
+    least_loaded,
+    pick,
+    prefix_key,
+    prompt_prefix,
+    prompt_tokens_estimate,
+    vllm_load,
+)
 
 PODS = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
 
@@ -149,3 +159,68 @@ def test_vllm_load_is_read_from_its_metrics_page() -> None:
     assert vllm_load(page) == (4.0, 0.97)
     assert vllm_load("") == (0.0, 0.0)
     assert vllm_load("vllm:num_requests_waiting NaN") == (0.0, 0.0)
+
+
+def test_a_pod_prefilling_a_long_prompt_is_not_the_least_loaded_one() -> None:
+    # One pod prefills one 8,000-token prompt, another decodes three short answers: by count the first is
+    # the lighter, by what a new request waits for (the prefill queued ahead of it) it is the heavier.
+    inflight = {PODS[0]: 1, PODS[1]: 3, PODS[2]: 3}
+    prefill = {PODS[0]: 8000.0, PODS[1]: 0.0, PODS[2]: 200.0}
+    assert least_loaded(PODS, inflight, 0) == PODS[0]  # by count alone
+    assert least_loaded(PODS, inflight, 0, prefill) == PODS[1]
+    chosen = pick(PODS, inflight, None, prefill=prefill, prompt_tokens=4000)
+    assert chosen is not None and chosen.endpoint == PODS[1] and chosen.reason == "least_loaded"
+
+
+def test_an_affine_pod_with_a_long_prefill_queue_spills() -> None:
+    key = key_of(chat("sys", "a long document to summarise"))
+    assert key is not None
+    affine = pick(PODS, {}, key)
+    assert affine is not None
+    others = [pod for pod in PODS if pod != affine.endpoint]
+    # Within one engine step's worth of pending prefill, the cache wins: the affine pod keeps it.
+    light = {affine.endpoint: float(MIN_AFFINE_PREFILL_TOKENS), others[0]: 0.0, others[1]: 0.0}
+    kept = pick(PODS, {affine.endpoint: 1}, key, prefill=light, prompt_tokens=6000)
+    assert kept is not None and kept.endpoint == affine.endpoint and kept.reason == "affinity"
+    # Far over the bounded load in tokens (1.25 x the mean), a new key goes elsewhere, whatever the counts.
+    heavy = {affine.endpoint: 30000.0, others[0]: 0.0, others[1]: 500.0}
+    moved = pick(PODS, {affine.endpoint: 1}, key, prefill=heavy, prompt_tokens=6000, warm=False)
+    assert moved is not None and moved.endpoint != affine.endpoint and moved.reason in ("spill", "saturated")
+    # A warm key (sent lately: its prefix is in that pod's cache, and the pending tokens counted whole
+    # overstate what is left to prefill) keeps the count bound alone.
+    kept = pick(PODS, {affine.endpoint: 1}, key, prefill=heavy, prompt_tokens=6000, warm=True)
+    assert kept is not None and kept.endpoint == affine.endpoint and kept.reason == "affinity"
+    # Every pod over the bound: the least pending prefill takes it.
+    everywhere = {PODS[0]: 30000.0, PODS[1]: 20000.0, PODS[2]: 40000.0}
+    saturated = pick(PODS, {}, key, prefill=everywhere, prompt_tokens=6000, load_factor=0.5, warm=False)
+    assert saturated is not None and saturated.endpoint == PODS[1] and saturated.reason == "saturated"
+
+
+def test_without_prefill_figures_the_pick_is_by_counts_as_before() -> None:
+    key = key_of(chat("sys", "hello"))
+    for inflight in ({}, {PODS[0]: 5}, {PODS[1]: 2, PODS[2]: 7}):
+        assert pick(PODS, inflight, key) == pick(PODS, inflight, key, prefill={}, prompt_tokens=0)
+        assert pick(PODS, inflight, None) == pick(PODS, inflight, None, prefill=None)
+
+
+def test_the_prompt_length_is_estimated_from_its_characters_or_token_ids() -> None:
+    assert prompt_tokens_estimate(chat("x" * 400, "y" * 400)) == 200
+    assert prompt_tokens_estimate({"prompt": "z" * 1001}) == 251
+    assert prompt_tokens_estimate({"prompt": [1, 2, 3, 4, 5]}) == 5
+    assert prompt_tokens_estimate({"prompt": [[1, 2], [3, 4, 5]]}) == 5
+    assert prompt_tokens_estimate({"prompt": ["a" * 8, "b" * 8]}) == 4
+    assert prompt_tokens_estimate({"input": "w" * 40}) == 10
+    assert prompt_tokens_estimate({"model": "m"}) == 0
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "q" * 100}]}]}
+    assert prompt_tokens_estimate(parts) >= 25
+
+
+def test_recent_keys_are_warm_and_bounded() -> None:
+    recent = RecentKeys(capacity=3)
+    assert recent.seen(None) is False and len(recent) == 0
+    assert [recent.seen(k) for k in (1, 2, 3)] == [False, False, False]
+    assert recent.seen(1) is True  # and 1 is now the most recent
+    assert recent.seen(4) is False  # over capacity: 2, the least recently sent, is forgotten
+    assert len(recent) == 3
+    assert recent.seen(2) is False
+    assert recent.seen(1) is True

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from llama_operator.activator.picker import pick, prefix_key, prompt_prefix
 from llama_operator.activator.proxy import Router, listening, proxy_app
 from llama_operator.activator.routing import Limits, ServiceInfo, ServiceKey
 
@@ -369,5 +370,76 @@ def test_json_bodies_are_forwarded_byte_for_byte() -> None:
             body = {"model": "chat-model", "messages": [{"role": "user", "content": "héllo"}], "n": 1}
             status, _, _, _ = await post(proxy, body=body)
             assert status == 200 and seen == [json.loads(json.dumps(body))]
+
+    run(scenario())
+
+
+def slow_first_token_app(name: str, first_token: asyncio.Event) -> web.Application:
+    """An upstream whose response starts (headers, as vLLM's streaming does) at once and whose first event
+    waits for `first_token`: a long prefill."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": name})
+        await response.prepare(request)
+        await first_token.wait()
+        for chunk in CHUNKS:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    return app
+
+
+def test_a_pod_still_prefilling_a_long_prompt_gets_no_more_of_them() -> None:
+    """The router counts a pod's pending prefill (prompt tokens sent that have no answer yet) until the
+    first byte of the response, and a request whose affine pod is far over the mean in it goes elsewhere."""
+    long_text = "x" * 32_000  # ~8,000 tokens
+
+    def body(tag: str) -> dict[str, Any]:
+        return {
+            "model": "chat-model",
+            "stream": True,
+            "messages": [{"role": "user", "content": tag + long_text}],
+        }
+
+    async def scenario() -> None:
+        view = FakeView()
+        gates = [asyncio.Event() for _ in range(3)]
+        async with (
+            stack(view) as (_u, proxy, router),
+            serving(slow_first_token_app("pod-0", gates[0])) as p0,
+            serving(slow_first_token_app("pod-1", gates[1])) as p1,
+            serving(slow_first_token_app("pod-2", gates[2])) as p2,
+        ):
+            pods = {p0: 0, p1: 1, p2: 2}
+            view.ready[KEY] += [p0, p1, p2]
+            first = asyncio.create_task(post(proxy, body=body("first ")))
+            deadline = time.monotonic() + 10
+            while not router.prefill and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert len(router.prefill) == 1, router.prefill
+            busy, tokens = next(iter(router.prefill.items()))
+            assert 8000 <= tokens <= 8010
+
+            # A prompt whose key lands on the busy pod (by the ring alone) is sent to another one.
+            def ring_pod(tag: str) -> str | None:
+                chosen = pick(list(pods), {}, prefix_key("chat-model", prompt_prefix(body(tag))))
+                return None if chosen is None else chosen.endpoint
+
+            tag = next(f"q{i} " for i in range(500) if ring_pod(f"q{i} ") == busy)
+            for gate in gates:
+                if gate is not gates[pods[busy]]:
+                    gate.set()
+            # (sent to the busy pod it would wait for its gate: a bounded wait fails the test instead)
+            status, headers, _, _ = await asyncio.wait_for(post(proxy, body=body(tag)), 10)
+            assert status == 200 and headers["X-Upstream"] != f"pod-{pods[busy]}"
+            # The first byte ends the pending prefill, though the stream goes on.
+            gates[pods[busy]].set()
+            status, headers, _, _ = await first
+            assert status == 200 and headers["X-Upstream"] == f"pod-{pods[busy]}"
+            assert not router.prefill and not router.inflight
 
     run(scenario())

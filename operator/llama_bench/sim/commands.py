@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
 from llama_bench.sim.coldstart import CACHE_STATES, cold_start
+from llama_bench.sim.fleet import ROUTERS
 from llama_bench.sim.profile import load_profile
 from llama_bench.sim.scenario import BASE_POLICIES, TUNED_POLICIES, Scenario, ScenarioRunner
 from llama_bench.sim.trace import BUNDLED_TRACES
@@ -75,6 +76,14 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="take the cold start from its parts (sim/coldstart.py, docs/cold-start.md) for the accelerator and "
         "model with this cache state: cold, image (pre-pulled), warm (image, weights on the node, compile "
         "cache); replaces --cold-start",
+    )
+    parser.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="least-loaded",
+        help="what spreads requests over the replicas (sim/fleet.py): least-loaded (fewest in-flight requests, "
+        "the default), round-robin (a Kubernetes Service), prefix-affine (the operator's router: "
+        "llama_operator.activator.picker, every request keyed on its prompt's leading blocks)",
     )
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=20)
@@ -150,6 +159,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         target_attainment=args.target_attainment,
         scale_down_stabilization_seconds=args.stabilization,
         warm_start=not args.cold_open,
+        routing=args.router,
     )
 
 

@@ -43,9 +43,11 @@ from llama_bench.sim.metrics import (
 )
 from llama_bench.sim.replica import Phase, Replica, SimRequest, StepResult
 from llama_bench.sim.trace import Trace
-from llama_operator.activator.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, pick
+from llama_operator.activator.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, RecentKeys, pick
 
-ROUTERS = ("round-robin", "least-loaded", "prefix-affine")
+# prefix-affine-count: the operator's picker on request counts alone, as it was before it counted each pod's
+# pending prefill (an ablation, docs/bench/routing.md).
+ROUTERS = ("round-robin", "least-loaded", "prefix-affine", "prefix-affine-count")
 # The blocks whose hash picks the pod: the router hashes a completion prompt's first PREFIX_CHARS
 # characters in BLOCK_CHARS blocks (~16 tokens each, vLLM's block), so as many of the trace's token blocks.
 # (A chat request's key also takes its first user message, so every conversation has its own key however
@@ -53,6 +55,7 @@ ROUTERS = ("round-robin", "least-loaded", "prefix-affine")
 # keys every request as a completion: a lower bound for the router on chat traces.)
 AFFINITY_BLOCKS = PREFIX_CHARS // BLOCK_CHARS
 _MASK64 = (1 << 64) - 1
+_UNIQUE_SALT = 0x5EED0FA1112E90E5  # keys of block-less requests, off any block hash
 
 
 def affinity_key(prefix_blocks: tuple[int, ...]) -> int | None:
@@ -61,10 +64,23 @@ def affinity_key(prefix_blocks: tuple[int, ...]) -> int | None:
     (splitmix64's finaliser: the trace's hashes need not be uniform). None without blocks."""
     if not prefix_blocks:
         return None
-    key = prefix_blocks[min(len(prefix_blocks), AFFINITY_BLOCKS) - 1] & _MASK64
+    return _mix64(prefix_blocks[min(len(prefix_blocks), AFFINITY_BLOCKS) - 1])
+
+
+def _mix64(value: int) -> int:
+    """splitmix64's finaliser."""
+    key = value & _MASK64
     key = ((key ^ (key >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     key = ((key ^ (key >> 27)) * 0x94D049BB133111EB) & _MASK64
     return key ^ (key >> 31)
+
+
+def request_key(request: SimRequest) -> int:
+    """The router's key for a request: its prompt's leading blocks; a trace without block hashes (the
+    family's, the Azure traces) shares no prefix, and each of its requests gets a key of its own, as each
+    prompt does at the router (spread over the ring like the rest; the salt keeps it off block hashes)."""
+    key = affinity_key(request.prefix_blocks)
+    return key if key is not None else _mix64(request.index ^ _UNIQUE_SALT)
 
 
 @runtime_checkable
@@ -162,6 +178,7 @@ class Fleet:
         self.held: list[SimRequest] = []
         self.dropped: list[SimRequest] = []
         self._turn = 0  # round robin's next ready replica
+        self.recent_keys = RecentKeys()  # the prefix-affine router's keys sent lately
         self.profile = config.profile  # the engine new replicas run (a rollout changes it)
         # Rollout: the replica starting in place of an old-engine one, and that one (serving until then).
         self._surge: tuple[Replica, Replica] | None = None
@@ -197,13 +214,27 @@ class Fleet:
             self._turn += 1
             return ready[self._turn % len(ready)]
         by_endpoint = {f"r{replica.ident}": replica for replica in ready}
+        key = request_key(request)
+        if routing == "prefix-affine-count":
+            chosen = pick(
+                tuple(by_endpoint),
+                {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
+                key,
+                saturated_at=self.profile.max_num_seqs,
+                tiebreak=request.index,
+                kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
+            )
+            return None if chosen is None else by_endpoint[chosen.endpoint]
         chosen = pick(
             tuple(by_endpoint),
             {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
-            affinity_key(request.prefix_blocks),
+            key,
             saturated_at=self.profile.max_num_seqs,
             tiebreak=request.index,
             kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
+            prefill={endpoint: replica.pending_prompt_tokens for endpoint, replica in by_endpoint.items()},
+            prompt_tokens=request.prompt_tokens,
+            warm=self.recent_keys.seen(key),
         )
         return None if chosen is None else by_endpoint[chosen.endpoint]
 
@@ -222,6 +253,7 @@ class Fleet:
     def _enqueue(self, replica: Replica, request: SimRequest, now: float) -> None:
         request.replica = replica.ident
         replica.waiting.append(request)
+        replica.pending_prompt_tokens += request.prompt_tokens
         if replica.busy_until is None:
             self._schedule(replica, replica.start_next(now))
         else:

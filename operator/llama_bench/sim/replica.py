@@ -136,6 +136,7 @@ class Replica:
         "cache",
         "created",
         "ident",
+        "pending_prompt_tokens",
         "phase",
         "profile",
         "ready_at",
@@ -153,6 +154,9 @@ class Replica:
         self.phase = Phase.STARTING if ready_at > created else Phase.READY
         self.waiting: deque[SimRequest] = deque()
         self._prefilling: list[SimRequest] = []
+        # Prompt tokens of the requests routed here without a first token yet: what the operator's router
+        # counts as the pod's pending prefill (it sees a request answer, not vLLM's progress).
+        self.pending_prompt_tokens = 0
         self._decoding: list[tuple[int, int, SimRequest]] = []  # (finish step, index, request) heap
         self._context_tokens = 0  # tokens of context of the decoding sequences
         self._kv_reserved = 0
@@ -294,6 +298,7 @@ class Replica:
                 if request.prefill_left > 0:
                     continue
                 self._prefilling.remove(request)
+                self.pending_prompt_tokens -= request.prompt_tokens
                 request.first_token_time = now + self.profile.request_overhead_seconds
                 result.first_tokens.append(request)
                 result.generation_tokens += 1

@@ -1,5 +1,6 @@
 """Routers compared under the SLO autoscaler: round robin (a Kubernetes Service), least-loaded, and the
-operator's prefix-affine picker, on traces whose requests share prefixes (sim/prefixgen.py). For each:
+operator's prefix-affine picker (and, as an ablation, that picker on request counts alone), on traces whose
+requests share prefixes (sim/prefixgen.py) or an autoscaler family's (`--family`, no shared prefix). For each:
 1-minute TTFT windows within the SLO, requests within it, the prefix-cache hit rate (cached prompt tokens
 over prompt tokens looked up, vLLM's prefix_cache_hits over prefix_cache_queries) and GPU-hours."""
 
@@ -7,20 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
+from llama_bench.sim.family import family_traces
 from llama_bench.sim.fleet import ROUTERS, SimulationResult
 from llama_bench.sim.mooncake import BUNDLED_MOONCAKE, load_mooncake
 from llama_bench.sim.prefixgen import PREFIX_TRACES, conversations
 from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace
-from llama_bench.sim.tracegen import head
+from llama_bench.sim.tracegen import FAMILIES, head
 
 ROUTING_TRACES = (*PREFIX_TRACES, *BUNDLED_MOONCAKE)
+DEFAULT_ROUTERS = ("round-robin", "least-loaded", "prefix-affine")
 
 
 def routing_trace(name: str, minutes: float | None = None) -> Trace:
@@ -55,7 +59,7 @@ def hit_rate(result: SimulationResult) -> float:
 def compare_routers(
     trace: Trace,
     scenario: Scenario,
-    routers: Sequence[str] = ROUTERS,
+    routers: Sequence[str] = DEFAULT_ROUTERS,
     progress: Callable[[str], None] | None = None,
 ) -> list[RoutingRow]:
     """The SLO policy on `trace` behind each router."""
@@ -106,20 +110,36 @@ def plot_routing(rows: Sequence[RoutingRow], path: Path) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     traces = list(dict.fromkeys(r.trace for r in rows))
+    routers = list(dict.fromkeys(r.router for r in rows))
     metrics: tuple[tuple[str, Callable[[RoutingRow], float]], ...] = (
         ("TTFT windows within SLO (%)", lambda r: 100 * r.windows_within_slo),
+        ("requests within SLO (%)", lambda r: 100 * r.requests_within_slo),
         ("prefix-cache hit rate (%)", lambda r: 100 * r.hit_rate),
         ("GPU-hours", lambda r: r.gpu_hours),
     )
-    figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4))
-    width = 0.8 / max(1, len(ROUTERS))
+    if not any(r.hit_rate for r in rows):  # no shared prefix (a family): nothing to show
+        metrics = tuple(m for m in metrics if not m[0].startswith("prefix-cache"))
+    many = len(traces) > 4
+    figure, axes = plt.subplots(
+        len(metrics) if many else 1,
+        1 if many else len(metrics),
+        figsize=(max(8.0, 0.22 * len(traces) * len(routers)), 3.2 * len(metrics)) if many else (20, 4),
+    )
+    width = 0.8 / max(1, len(routers))
     for axis, (label, value) in zip(axes, metrics, strict=True):
-        for k, router in enumerate(ROUTERS):
+        for k, router in enumerate(routers):
             values = [value(r) for t in traces for r in rows if r.trace == t and r.router == router]
             if len(values) == len(traces):
                 axis.bar([i + k * width for i in range(len(traces))], values, width, label=router)
-        axis.set_xticks([i + width for i in range(len(traces))], traces)
+        axis.set_xticks(
+            [i + width * (len(routers) - 1) / 2 for i in range(len(traces))],
+            traces,
+            rotation=60 if many else 0,
+        )
         axis.set_title(label)
+        if label.endswith("(%)") and label != "prefix-cache hit rate (%)":
+            low = min(value(r) for r in rows)
+            axis.set_ylim(max(0.0, math.floor(low / 5) * 5 - 5), 100.5)
     axes[0].legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -135,9 +155,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--traces",
         nargs="+",
-        default=list(PREFIX_TRACES),
+        default=None,
         choices=ROUTING_TRACES,
-        help=f"generated ({', '.join(PREFIX_TRACES)}) or Mooncake's ({', '.join(BUNDLED_MOONCAKE)})",
+        help=f"generated ({', '.join(PREFIX_TRACES)}) or Mooncake's ({', '.join(BUNDLED_MOONCAKE)}); default: the "
+        "generated ones, unless --family is given",
+    )
+    parser.add_argument(
+        "--family",
+        nargs="+",
+        default=[],
+        choices=sorted(FAMILIES),
+        help="also every trace of these autoscaler families (draw 0; no shared prefix: the routers differ in "
+        "how they spread the load)",
+    )
+    parser.add_argument(
+        "--routers", nargs="+", default=list(DEFAULT_ROUTERS), choices=ROUTERS, help="the routers compared"
     )
     parser.add_argument("--accelerator", default="t4", choices=sorted(ACCELERATORS))
     parser.add_argument("--model", default="llama-3.2-1b", choices=sorted(MODELS))
@@ -150,10 +182,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run_routing_command(args: argparse.Namespace) -> int:
     scenario = Scenario(accelerator=args.accelerator, model=args.model, slo_ttft_seconds=args.slo_ttft)
     rows: list[RoutingRow] = []
-    for name in args.traces:
+    names = args.traces if args.traces is not None else ([] if args.family else list(PREFIX_TRACES))
+    traces = [routing_trace(name, args.minutes) for name in names]
+    for name in args.family:
+        traces += [trace for trace, _ in family_traces(name, args.minutes)]
+    for trace in traces:
         rows += compare_routers(
-            routing_trace(name, args.minutes),
+            trace,
             scenario,
+            routers=args.routers,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
     print(routing_table(rows))

@@ -57,6 +57,8 @@ class Scenario:
     # minute needs (oracle@target's first minute), as it would hold them after the traffic before the
     # slice, not with minReplicas under full load. False: a cold open (a service created under load).
     warm_start: bool = True
+    # What spreads requests over the replicas (sim/fleet.py ROUTERS), for every policy and the oracle alike.
+    routing: str = "least-loaded"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target_attainment <= 1.0:
@@ -139,6 +141,7 @@ class Scenario:
             cold_start_seconds=self.cold_start_seconds,
             scrape_interval=self.scrape_interval,
             activation_timeout_seconds=float(self.activation_timeout_seconds) if self.scale_to_zero else None,
+            routing=self.routing,
         )
 
 

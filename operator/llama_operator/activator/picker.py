@@ -13,7 +13,17 @@ Adding or removing a pod moves only the keys of its own arcs.
 A pod's load is the router's own in-flight requests to it (known at once) plus the requests vLLM reports
 waiting in its queue (`vllm:num_requests_waiting`: other router replicas' and direct clients' too, scraped
 every few seconds); a pod whose KV cache vLLM reports nearly full (`vllm:kv_cache_usage_perc`) takes no
-affine request, as a saturated one."""
+affine request, as a saturated one.
+
+A request's time to first token is the prefill queued ahead of it on its pod plus its own, so the router
+also counts each pod's pending prefill: the prompt tokens of the requests it sent there that have not
+answered yet. The least-loaded choice ranks pods by it first. A request whose key the router has not sent
+lately (`warm` false: no pod holds its prefix, so affinity saves nothing yet) takes its affine pod only
+while that pod's pending prefill stays within the same bounded load in tokens (or under one engine step's
+worth, MIN_AFFINE_PREFILL_TOKENS); a warm key keeps the count bound alone, its prefix being cached there
+(the pending tokens, counted whole, overstate what a cache hit leaves to prefill). A count alone treats a
+pod prefilling one 8,000-token prompt as lighter than one decoding three short answers: in the simulator
+that put new long prompts behind long prompts while other pods sat idle (docs/bench/routing.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +48,10 @@ VIRTUAL_NODES = 64  # points per pod on the ring: keys spread within a few % of 
 BLOCK_CHARS = 64  # ~16 tokens (vLLM's default block) at ~4 characters a token
 PREFIX_CHARS = 1024  # the leading blocks of each message (or of a prompt) that pick the pod (~256 tokens)
 KEY_MESSAGES = 8  # a chat's messages up to its first user message, at most this many, make the key
+# Pending prefill an affine pod may hold whatever the mean: vLLM's default --max-num-batched-tokens, one
+# engine step's prefill (a few hundred ms on the smallest GPUs), which a cache hit usually saves.
+MIN_AFFINE_PREFILL_TOKENS = 2048
+CHARS_PER_TOKEN = 4  # Llama's tokenizers average about 4 characters of English text a token
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +109,49 @@ def prompt_prefix(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+def prompt_tokens_estimate(body: Mapping[str, Any]) -> int:
+    """The prompt's length in tokens, estimated from its characters (token ids: their count): what the
+    request will cost its pod's prefill. 0 for a body without a prompt."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, Mapping))
+        return math.ceil(chars / CHARS_PER_TOKEN)
+    prompt = body.get("prompt", body.get("input"))
+    if isinstance(prompt, list):  # a batch of prompts, token ids, or a batch of token-id lists
+        if all(isinstance(item, int) for item in prompt):
+            return len(prompt)
+        return sum(
+            len(item) if isinstance(item, list) else math.ceil(len(str(item)) / CHARS_PER_TOKEN)
+            for item in prompt
+        )
+    if isinstance(prompt, str):
+        return math.ceil(len(prompt) / CHARS_PER_TOKEN)
+    return 0
+
+
+class RecentKeys:
+    """The prefix keys a router sent lately, at most `capacity` (the least recently sent forgotten first):
+    a key found here is warm, its prefix likely in a pod's cache."""
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self.capacity = capacity
+        self._keys: dict[int, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def seen(self, key: int | None) -> bool:
+        """Whether `key` was sent lately; remembers it as sent now (None: never warm, not remembered)."""
+        if key is None:
+            return False
+        warm = key in self._keys
+        self._keys.pop(key, None)
+        self._keys[key] = None
+        if len(self._keys) > self.capacity:
+            del self._keys[next(iter(self._keys))]
+        return warm
+
+
 def prefix_key(model: str, prefix: str | None) -> int | None:
     """The hash of a prompt_prefix, with the model; None without a prefix."""
     if not prefix:
@@ -108,9 +165,21 @@ def _ring(endpoints: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]
     return tuple(p for p, _ in points), tuple(ep for _, ep in points)
 
 
-def least_loaded(endpoints: Sequence[str], load: Mapping[str, float], tiebreak: int) -> str:
-    low = min(load.get(ep, 0) for ep in endpoints)
-    lows = [ep for ep in endpoints if load.get(ep, 0) == low]
+def least_loaded(
+    endpoints: Sequence[str],
+    load: Mapping[str, float],
+    tiebreak: int,
+    prefill: Mapping[str, float] | None = None,
+) -> str:
+    """The pod with the least pending prefill (when known), then the fewest requests; `tiebreak` spreads
+    exact ties."""
+    prefill = prefill or {}
+
+    def rank(ep: str) -> tuple[float, float]:
+        return (prefill.get(ep, 0.0), load.get(ep, 0))
+
+    low = min(rank(ep) for ep in endpoints)
+    lows = [ep for ep in endpoints if rank(ep) == low]
     return lows[tiebreak % len(lows)]
 
 
@@ -124,11 +193,16 @@ def pick(
     tiebreak: int = 0,
     queued: Mapping[str, float] | None = None,
     kv_full: frozenset[str] = frozenset(),
+    prefill: Mapping[str, float] | None = None,
+    prompt_tokens: float = 0.0,
+    warm: bool = True,
 ) -> Pick | None:
     """The pod for one request (None without any). `inflight`: requests this router has open per pod;
     `saturated_at`: in-flight requests at which a pod takes no more affine requests (0: no such limit);
     `tiebreak`: any number, spreading ties among least-loaded pods; `queued`: requests vLLM reports waiting
-    per pod; `kv_full`: pods whose KV cache vLLM reports nearly full."""
+    per pod; `kv_full`: pods whose KV cache vLLM reports nearly full; `prefill`: prompt tokens this router
+    sent per pod that have not answered yet (None: counts only), and `prompt_tokens` this request's;
+    `warm`: the router sent this key lately (false: the affine pod must also be within the token bound)."""
     candidates = tuple(sorted(set(endpoints)))
     if not candidates:
         return None
@@ -137,9 +211,13 @@ def pick(
     queued = queued or {}
     load = {ep: inflight.get(ep, 0) + queued.get(ep, 0.0) for ep in candidates}
     if key is None:
-        return Pick(least_loaded(candidates, load, tiebreak), "least_loaded")
+        return Pick(least_loaded(candidates, load, tiebreak, prefill), "least_loaded")
     total = sum(load.values())
     bound = max(math.ceil(load_factor * (total + 1) / len(candidates)), MIN_AFFINE_LOAD)
+    pending = {ep: (prefill or {}).get(ep, 0.0) for ep in candidates}
+    prefill_bound = max(
+        load_factor * (sum(pending.values()) + prompt_tokens) / len(candidates), MIN_AFFINE_PREFILL_TOKENS
+    )
     points, owners = _ring(candidates)
     start = bisect.bisect_left(points, key)
     seen: list[str] = []
@@ -149,11 +227,11 @@ def pick(
             continue
         seen.append(owner)
         full = owner in kv_full or bool(saturated_at and load[owner] >= saturated_at)
-        if load[owner] + 1 <= bound and not full:
+        if load[owner] + 1 <= bound and (warm or pending[owner] <= prefill_bound) and not full:
             return Pick(owner, "affinity" if len(seen) == 1 else "spill")
         if len(seen) == len(candidates):
             break
-    return Pick(least_loaded(candidates, load, tiebreak), "saturated")
+    return Pick(least_loaded(candidates, load, tiebreak, prefill), "saturated")
 
 
 KV_FULL = 0.95  # vLLM's KV-cache usage at which a pod preempts soon: no affine requests to it

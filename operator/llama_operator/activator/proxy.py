@@ -16,7 +16,7 @@ import logging
 import signal
 import time
 from collections import Counter as Tally
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +36,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from llama_operator.activator.cluster import ClusterView
 from llama_operator.activator.picker import (
     KV_FULL,
+    RecentKeys,
     adapter_endpoints,
     pick,
     prefix_key,
     prompt_prefix,
+    prompt_tokens_estimate,
     vllm_active_adapters,
     vllm_load,
 )
@@ -202,6 +204,9 @@ class Router:
         self.waking: dict[ServiceKey, float] = {}  # first held request of the wake in progress (monotonic)
         self.session: aiohttp.ClientSession | None = None
         self.inflight: Tally[str] = Tally()  # open upstream requests per endpoint (the picker's load)
+        # Prompt tokens (estimated) sent per endpoint whose response has not started: its pending prefill.
+        self.prefill: Tally[str] = Tally()
+        self.recent_keys = RecentKeys()  # prefix keys sent lately: warm ones keep their pod's cache
         self.held_requests: Tally[ServiceKey] = Tally()
         self.held_bytes: Tally[ServiceKey] = Tally()
         self.buffered = 0  # bytes of request bodies in memory now
@@ -562,6 +567,8 @@ class Router:
         deadline = time.monotonic() + CONNECT_RETRY_SECONDS
         refused: set[str] = set()
         retry = False
+        prompt_tokens = prompt_tokens_estimate(body.parsed) if body.parsed is not None else 0
+        warm = self.recent_keys.seen(affinity)
         while True:
             endpoints = [ep for ep in self.view.endpoints(key) if ep not in refused] or self.view.endpoints(
                 key
@@ -577,6 +584,9 @@ class Router:
                 tiebreak=self.sequence,
                 queued=self.queued,
                 kv_full=frozenset(self.kv_full),
+                prefill=self.prefill,
+                prompt_tokens=prompt_tokens,
+                warm=warm,
             )
             if chosen is None:  # its pods went away meanwhile: hold again
                 return await self._hold(request, body, key, affinity, time.monotonic(), adapter=adapter)
@@ -587,7 +597,7 @@ class Router:
                 # In vLLM's batch from now on; the next scrape of this pod says for how long.
                 self.active_adapters[endpoint] = self.active_adapters.get(endpoint, frozenset()) | {adapter}
             base = self.upstream_override or f"http://{endpoint}"
-            with self._in_flight(endpoint):
+            with self._in_flight(endpoint, prompt_tokens) as answered:
                 data: Any = body.data if body.data is not None else body.stream
                 upstream_cm = self.session.request(
                     request.method,
@@ -614,18 +624,33 @@ class Router:
                         await asyncio.sleep(0.2)
                     continue
                 try:
-                    return await self._relay(request, upstream, key, held_since)
+                    return await self._relay(request, upstream, key, held_since, answered)
                 finally:
                     await upstream_cm.__aexit__(None, None, None)
 
     @contextlib.contextmanager
-    def _in_flight(self, endpoint: str) -> Iterator[None]:
-        """The request counts toward its pod's load (the picker's) while it is sent and relayed."""
+    def _in_flight(self, endpoint: str, prompt_tokens: int = 0) -> Iterator[Callable[[], None]]:
+        """The request counts toward its pod's load (the picker's) while it is sent and relayed, and its
+        prompt toward the pod's pending prefill until the response starts (the function yielded, called
+        on the first byte of the body: vLLM streams it after the first token; a response that is not
+        streamed comes whole at the end, so its prompt counts until then)."""
         self.inflight[endpoint] += 1
         self.metrics.inflight.inc()
+        pending = [prompt_tokens]
+        if prompt_tokens > 0:
+            self.prefill[endpoint] += prompt_tokens
+
+        def answered() -> None:
+            if pending[0] > 0:
+                self.prefill[endpoint] -= pending[0]
+                if self.prefill[endpoint] <= 0:
+                    del self.prefill[endpoint]
+                pending[0] = 0
+
         try:
-            yield
+            yield answered
         finally:
+            answered()
             self.inflight[endpoint] -= 1
             if self.inflight[endpoint] <= 0:
                 del self.inflight[endpoint]
@@ -637,6 +662,7 @@ class Router:
         upstream: aiohttp.ClientResponse,
         key: ServiceKey,
         held_since: float | None,
+        answered: Callable[[], None],
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
@@ -647,6 +673,7 @@ class Router:
         async for chunk in upstream.content.iter_any():
             if first:
                 first = False
+                answered()
                 self._first_token(key, held_since)
             await response.write(chunk)
         if first:

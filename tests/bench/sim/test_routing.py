@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from llama_bench.sim.accelerators import replica_profile
-from llama_bench.sim.fleet import FleetConfig, SimulationResult, simulate
+from llama_bench.sim.fleet import FleetConfig, SimulationResult, request_key, simulate
 from llama_bench.sim.mooncake import BUNDLED_MOONCAKE, load_mooncake, parse_mooncake
 from llama_bench.sim.oracle import FixedReplicas
 from llama_bench.sim.prefixgen import ConversationSpec, conversations, prompt_blocks
@@ -179,3 +179,36 @@ def test_the_bundled_mooncake_sample_parses() -> None:
     assert all(r.prefix_blocks for r in trace.requests if r.prompt_tokens >= BLOCK_TOKENS)
     with pytest.raises(ValueError, match="neither a file nor one of mooncake-conversation"):
         load_mooncake("no-such-trace")
+
+
+def long_prompts_in_pairs(pairs: int = 30) -> Trace:
+    """Pairs of 8,000-token prompts 50 ms apart, every 3 s, with a short request decoding a long answer
+    before each pair: the second of a pair arrives while the first prefills."""
+    requests = []
+    for i in range(pairs):
+        start = 3.0 * i
+        requests += [TraceRequest(start, 100, 400), TraceRequest(start + 0.5, 8000, 20)]
+        requests.append(TraceRequest(start + 0.55, 8000, 20))
+    return Trace("long-pairs", tuple(requests))
+
+
+def test_the_operators_router_sends_a_new_long_prompt_where_no_prefill_is_pending() -> None:
+    # By count, the replica prefilling a long prompt (one request) is no heavier than one decoding a short
+    # answer; the operator's router counts the prompt tokens pending an answer. Each request has a key of
+    # its own, so by count alone its ring pod is the first one's about a third of the time.
+    result = run(long_prompts_in_pairs(), 3, "prefix-affine").requests
+    firsts, seconds = result[1::3], result[2::3]
+    behind = [b for a, b in zip(firsts, seconds, strict=True) if a.replica == b.replica]
+    assert not behind, f"{len(behind)} of {len(seconds)} second long prompts queued behind the first"
+    waits = [r.first_token_time - r.arrival for r in seconds]
+    assert max(waits) < 1.5 * min(r.first_token_time - r.arrival for r in firsts)
+
+
+def test_every_request_of_a_blockless_trace_has_its_own_key_and_pending_prefill_drains(
+    small_trace: Trace,
+) -> None:
+    result = run(small_trace, 3, "prefix-affine")
+    keys = {request_key(r) for r in result.requests}
+    assert len(keys) == len(result.requests)
+    assert len({r.replica for r in result.requests}) == 3  # spread, not all on one ring arc
+    assert all(replica.pending_prompt_tokens == 0 for replica in result.replicas)  # every one answered
