@@ -27,38 +27,43 @@ def demo_down(cluster: Cluster) -> Iterator[None]:
     cluster.helm("uninstall", DEMO_RELEASE, "-n", DEMO_RELEASE_NS)
 
 
+def demo_up(load_seconds: int, wait_seconds: int, timeout: float) -> tuple[int, str]:
+    """`e2e/demo.py up` (what `make demo` runs): its exit code and its output."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "e2e/demo.py",
+            "up",
+            "--load-seconds",
+            str(load_seconds),
+            "--wait-seconds",
+            str(wait_seconds),
+        ],
+        cwd=repo_root(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
 def test_a_fleet_simulator_that_cannot_bind_stops_the_demo(cluster: Cluster, demo_down: None) -> None:
     # CI once ran the demo while another process held the fleet port: the simulator exited at once, and the
     # load went to that process ("HTTP Error 400"), the demo reporting only that replicas never changed.
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", cluster.info.fleet_port))
         holder.listen()
-        done = subprocess.run(
-            [sys.executable, "e2e/demo.py", "up", "--load-seconds", "0", "--wait-seconds", "30"],
-            cwd=repo_root(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output[-3000:]
+        code, output = demo_up(0, 30, timeout=300)
+    assert code != 0, output[-3000:]
     assert f"the fleet simulator did not come up on port {cluster.info.fleet_port}" in output, output[-3000:]
     assert "Address already in use" in output, output[-3000:]
     assert "applied examples/" not in output, output[-3000:]
 
 
 def test_make_demo_places_every_example_and_follows_the_load(cluster: Cluster, demo_down: None) -> None:
-    done = subprocess.run(
-        [sys.executable, "e2e/demo.py", "up", "--load-seconds", "75", "--wait-seconds", "150"],
-        cwd=repo_root(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    code, output = demo_up(75, 150, timeout=600)
+    assert code == 0, output[-6000:]
     assert "every example is Ready and chat-slo followed the load" in output, output[-6000:]
     # The closing hint points at the cluster's env file, wherever the cluster keeps its state.
     hint = next(line.split()[1] for line in output.splitlines() if line.strip().startswith(". /"))

@@ -215,16 +215,8 @@ class Fleet:
             return ready[self._turn % len(ready)]
         by_endpoint = {f"r{replica.ident}": replica for replica in ready}
         key = request_key(request)
-        if routing == "prefix-affine-count":
-            chosen = pick(
-                tuple(by_endpoint),
-                {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
-                key,
-                saturated_at=self.profile.max_num_seqs,
-                tiebreak=request.index,
-                kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
-            )
-            return None if chosen is None else by_endpoint[chosen.endpoint]
+        # prefix-affine-count: the picker on counts alone (no pending prefill: every key taken as warm).
+        counts_only = routing == "prefix-affine-count"
         chosen = pick(
             tuple(by_endpoint),
             {endpoint: replica.load for endpoint, replica in by_endpoint.items()},
@@ -232,9 +224,11 @@ class Fleet:
             saturated_at=self.profile.max_num_seqs,
             tiebreak=request.index,
             kv_full=frozenset(ep for ep, replica in by_endpoint.items() if replica.kv_usage >= KV_FULL),
-            prefill={endpoint: replica.pending_prompt_tokens for endpoint, replica in by_endpoint.items()},
+            prefill=None
+            if counts_only
+            else {endpoint: replica.pending_prompt_tokens for endpoint, replica in by_endpoint.items()},
             prompt_tokens=request.prompt_tokens,
-            warm=self.recent_keys.seen(key),
+            warm=counts_only or self.recent_keys.seen(key),
         )
         return None if chosen is None else by_endpoint[chosen.endpoint]
 
