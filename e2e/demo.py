@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,26 +19,13 @@ import yaml
 
 from localcluster import info as cluster_info  # e2e/ is on sys.path: the script runs from there
 from localcluster.config import state_dir
+from localcluster.util import ephemeral_port, http_get
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = state_dir() / "demo"
 NAMESPACE = "demo"
 RELEASE, RELEASE_NS = "llama-operator", "llama-operator-system"
 CRD = "customresourcedefinition/llamaservices.serving.llama-operator.dev"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return bool(reply.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def say(msg: str) -> None:
@@ -111,7 +97,7 @@ class Demo:
                 return
             except (OSError, ValueError):
                 pass
-        health_port, metrics_port = free_port(), free_port()
+        health_port, metrics_port = ephemeral_port(), ephemeral_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.operator_kubeconfig()),
@@ -237,7 +223,7 @@ class Demo:
         # otherwise leave the load driver talking to whatever holds the port.
         url = f"http://127.0.0.1:{self.cluster.fleet_port}/healthz"
         deadline = time.monotonic() + 60
-        while not _answers(url):
+        while http_get(url, timeout=2)[0] != 200:
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = (STATE / "fleet.log").read_text(errors="replace").strip().splitlines()[-5:]
                 raise SystemExit(

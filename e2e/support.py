@@ -6,7 +6,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,9 +20,13 @@ from typing import Any, TypeVar
 import pytest
 
 from localcluster.info import ClusterInfo
+from localcluster.util import ephemeral_port
 
 T = TypeVar("T")
 GROUP = "serving.llama-operator.dev"
+
+# A port for a listener started once (the kernel's ephemeral range, never one a local cluster reserved).
+free_port = ephemeral_port
 
 
 def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -156,12 +159,6 @@ def http_get(url: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -214,10 +214,13 @@ def pick(
         return Pick(least_loaded(candidates, load, tiebreak, prefill), "least_loaded")
     total = sum(load.values())
     bound = max(math.ceil(load_factor * (total + 1) / len(candidates)), MIN_AFFINE_LOAD)
-    pending = {ep: (prefill or {}).get(ep, 0.0) for ep in candidates}
-    prefill_bound = max(
-        load_factor * (sum(pending.values()) + prompt_tokens) / len(candidates), MIN_AFFINE_PREFILL_TOKENS
-    )
+    # A cold key's bound in pending prefill tokens (None: a warm key, or no prefill figures, counts only).
+    prefill_bound = None
+    if prefill is not None and not warm:
+        total_prefill = sum(prefill.get(ep, 0.0) for ep in candidates)
+        prefill_bound = max(
+            load_factor * (total_prefill + prompt_tokens) / len(candidates), MIN_AFFINE_PREFILL_TOKENS
+        )
     points, owners = _ring(candidates)
     start = bisect.bisect_left(points, key)
     seen: list[str] = []
@@ -227,7 +230,8 @@ def pick(
             continue
         seen.append(owner)
         full = owner in kv_full or bool(saturated_at and load[owner] >= saturated_at)
-        if load[owner] + 1 <= bound and (warm or pending[owner] <= prefill_bound) and not full:
+        within = prefill_bound is None or (prefill or {}).get(owner, 0.0) <= prefill_bound
+        if load[owner] + 1 <= bound and within and not full:
             return Pick(owner, "affinity" if len(seen) == 1 else "spill")
         if len(seen) == len(candidates):
             break
