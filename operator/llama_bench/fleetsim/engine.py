@@ -289,7 +289,7 @@ class FleetEngine:
         service.routed += 1
         target.routed += 1
         replica = target.replica
-        replica.waiting.append(SimRequest(next(self._request_index), t, prompt, output, prompt))
+        replica.enqueue(SimRequest(next(self._request_index), t, prompt, output, prompt))
         if replica.busy_until is None:
             self._schedule(target, t)
         else:

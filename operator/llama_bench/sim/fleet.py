@@ -246,8 +246,7 @@ class Fleet:
 
     def _enqueue(self, replica: Replica, request: SimRequest, now: float) -> None:
         request.replica = replica.ident
-        replica.waiting.append(request)
-        replica.pending_prompt_tokens += request.prompt_tokens
+        replica.enqueue(request)
         if replica.busy_until is None:
             self._schedule(replica, replica.start_next(now))
         else:

@@ -194,6 +194,12 @@ class Replica:
         return self.busy_until is None and not self.waiting
 
     # -- the engine ------------------------------------------------------------------------------
+    def enqueue(self, request: SimRequest) -> None:
+        """A request routed here: it waits, and its prompt counts toward the pending prefill until its
+        first token."""
+        self.waiting.append(request)
+        self.pending_prompt_tokens += request.prompt_tokens
+
     def start_next(self, now: float) -> float | None:
         """Schedule the next step (or decode segment) at `now`; its end time, or None when idle."""
         profile = self.profile

@@ -215,9 +215,10 @@ def pick(
     total = sum(load.values())
     bound = max(math.ceil(load_factor * (total + 1) / len(candidates)), MIN_AFFINE_LOAD)
     # A cold key's bound in pending prefill tokens (None: a warm key, or no prefill figures, counts only).
+    pending = prefill or {}
     prefill_bound = None
     if prefill is not None and not warm:
-        total_prefill = sum(prefill.get(ep, 0.0) for ep in candidates)
+        total_prefill = sum(pending.get(ep, 0.0) for ep in candidates)
         prefill_bound = max(
             load_factor * (total_prefill + prompt_tokens) / len(candidates), MIN_AFFINE_PREFILL_TOKENS
         )
@@ -230,7 +231,7 @@ def pick(
             continue
         seen.append(owner)
         full = owner in kv_full or bool(saturated_at and load[owner] >= saturated_at)
-        within = prefill_bound is None or (prefill or {}).get(owner, 0.0) <= prefill_bound
+        within = prefill_bound is None or pending.get(owner, 0.0) <= prefill_bound
         if load[owner] + 1 <= bound and within and not full:
             return Pick(owner, "affinity" if len(seen) == 1 else "spill")
         if len(seen) == len(candidates):
