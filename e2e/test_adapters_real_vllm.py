@@ -27,7 +27,8 @@ from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.kube import Kube
 from llama_operator.infra.vllm_adapters import list_adapters
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.planner import plan_service
 from support import Cluster, repo_root, vllm_server_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]

@@ -35,7 +35,7 @@ from fleet import FleetProcess, Kube, Prometheus, closed_loop_operator, running_
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.settings import Settings
-from llama_operator.autoscale.policy import DEFAULT_TUNING
+from llama_operator.autoscale.decision import DEFAULT_TUNING
 from llama_operator.reconcile.outcome import plan_llamaservice
 from support import Cluster, OperatorProcess, eventually
 

@@ -15,7 +15,8 @@ from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.desired.objects import build_deployment
 from llama_operator.desired.staging import build_stage_daemonset
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.planner import plan_service
 from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = pytest.mark.e2e

@@ -18,8 +18,8 @@ from llama_operator import cli
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
+from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
-from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
 from tests.manifest_strategies import NODE_FOLDER, NODES, REPO, hostile_manifests, manifest_files, node_files
 

@@ -6,7 +6,7 @@ What it measures: seconds from process start to the first real completion (VllmS
 tiny Llama, *without* --enforce-eager, so vLLM runs torch.compile (on a GPU it would also capture CUDA
 graphs). "cold": an empty VLLM_CACHE_ROOT, as an emptyDir gives every new pod today; "warm": a
 VLLM_CACHE_ROOT that an earlier server filled, as the cache volume the operator now points it at
-(desired/objects.py). Runs alternate cold, warm, cold, warm... so a drift in the shared host's speed hits
+(desired/pod.py). Runs alternate cold, warm, cold, warm... so a drift in the shared host's speed hits
 both alike; the table gives each run, the medians and the cold/warm ratio, and the phases vLLM logs
 (weight load, compile) from each run's own log.
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from llama_operator.api.settings import Settings
-from llama_operator.desired.objects import shutdown_timeout_seconds
+from llama_operator.desired.pod import shutdown_timeout_seconds
 from support import vllm_server_module
 
 pytestmark = pytest.mark.vllm

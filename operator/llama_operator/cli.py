@@ -24,8 +24,8 @@ from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
+from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
-from llama_operator.planning.planner import PlanningError
 from llama_operator.reconcile.outcome import plan_llamaservice
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from llama_operator.api.autoscaling import AutoscalerState, AutoscalingStatus, Recommendation
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
-from llama_operator.autoscale.policy import DEFAULT_TUNING, decide
+from llama_operator.autoscale.decision import DEFAULT_TUNING
+from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from tests.autoscale.builders import load_signals
 

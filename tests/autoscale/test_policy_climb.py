@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
-from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, decide
+from llama_operator.autoscale.decision import DEFAULT_TUNING, Decision
+from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals
 from tests.autoscale.builders import load_signals
 

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
-from llama_operator.autoscale.policy import Decision, decide
+from llama_operator.autoscale.decision import Decision
+from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.reconcile.autoscaling import autoscale_outcome
 

@@ -20,6 +20,7 @@ from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.catalog.vllm import VLLM_PORT
 from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.handlers.indexes import (
+    Indexes,
     daemon_set_index,
     deployment_index,
     endpoint_slice_index,
@@ -29,7 +30,7 @@ from llama_operator.handlers.indexes import (
     pod_index,
     service_index,
 )
-from llama_operator.handlers.reconciler import Indexes, ReconcileResult, reconcile_llamaservice
+from llama_operator.handlers.reconciler import ReconcileResult, reconcile_llamaservice
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.kube import Kube
 from llama_operator.infra.metrics import OperatorMetrics

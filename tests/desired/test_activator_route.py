@@ -12,7 +12,8 @@ from llama_operator.desired.objects import (
     build_desired_state,
     routes_to_activator,
 )
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.planner import plan_service
 
 ROUTE = ActivatorRoute(addresses=("10.0.0.7", "10.0.0.8"), port=8000)
 

@@ -10,7 +10,8 @@ import pytest
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import SERVICE_LABEL, selector_labels
-from llama_operator.desired.objects import build_desired_state, build_pod_template
+from llama_operator.desired.objects import build_desired_state
+from llama_operator.desired.pod import build_pod_template
 from llama_operator.desired.staging import STAGE_LABEL, build_stage_daemonset, stage_name
 from llama_operator.reconcile.ownership import controller_uid
 from tests.desired.test_objects import PLAN, service

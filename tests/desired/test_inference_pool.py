@@ -11,7 +11,8 @@ from llama_operator.api.resource import LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.desired.inference_pool import build_inference_pool
 from llama_operator.desired.objects import build_desired_state
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.planner import plan_service
 from llama_operator.reconcile.outcome import reconcile
 
 

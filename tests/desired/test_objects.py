@@ -11,6 +11,7 @@ from llama_operator.api.resource import LlamaService, ObjectMeta, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import SERVICE_LABEL
 from llama_operator.desired.objects import build_desired_state
+from llama_operator.desired.pod import PRESTOP_SLEEP_SECONDS, shutdown_timeout_seconds
 from llama_operator.reconcile.drift import drifted
 
 PLAN = Plan(
@@ -149,11 +150,6 @@ def test_drift_detects_hand_edits_but_not_server_defaults() -> None:
 
 
 def test_vllm_drains_within_the_grace_period() -> None:
-    from llama_operator.desired.objects import (  # noqa: PLC0415
-        PRESTOP_SLEEP_SECONDS,
-        shutdown_timeout_seconds,
-    )
-
     assert shutdown_timeout_seconds(120) == 120 - PRESTOP_SLEEP_SECONDS - 5
     assert shutdown_timeout_seconds(10) == 0  # no room: vLLM aborts, as it would by default
 

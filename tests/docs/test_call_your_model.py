@@ -15,7 +15,7 @@ import yaml
 
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import selector_labels
-from llama_operator.desired.objects import (
+from llama_operator.desired.pod import (
     PRESTOP_SLEEP_SECONDS,
     SHUTDOWN_MARGIN_SECONDS,
     shutdown_timeout_seconds,

@@ -19,7 +19,7 @@ from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.handlers import autoscaler as autoscaler_module
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
-from llama_operator.handlers.reconciler import Indexes
+from llama_operator.handlers.indexes import Indexes
 from llama_operator.infra.metrics import OperatorMetrics
 
 NOW = 1_800_000_000.0

@@ -8,7 +8,7 @@ from typing import Any, cast
 import kopf
 
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
-from llama_operator.handlers.reconciler import Indexes
+from llama_operator.handlers.indexes import Indexes
 from tests.handlers.test_autoscaler_cycle import NOW, RecordingKube, deployment, memo, service
 
 

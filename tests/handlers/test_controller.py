@@ -13,7 +13,7 @@ import pytest
 
 from llama_operator.api.settings import Settings
 from llama_operator.handlers.controller import Controller, Key
-from llama_operator.handlers.reconciler import Indexes
+from llama_operator.handlers.indexes import Indexes
 from llama_operator.infra.metrics import OperatorMetrics
 from tests.planning.builders import gpu_node
 

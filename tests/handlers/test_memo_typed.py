@@ -1,5 +1,6 @@
 """The state start-up puts in kopf's memo is typed: every handler reads it through OperatorMemo (mypy checks
-each attribute), and the protocol names exactly what start-up sets."""
+each attribute), and the protocols name exactly what start-up sets: OperatorMemo, and the controller it adds
+last (ControllerMemo)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ast
 from pathlib import Path
 
 from llama_operator.handlers import memo as memo_module
+from llama_operator.handlers.controller import ControllerMemo
 from llama_operator.handlers.memo import OperatorMemo
 
 HANDLERS = Path(memo_module.__file__).parent
@@ -28,7 +30,7 @@ def _set_by_startup() -> set[str]:
 
 
 def test_the_protocol_names_what_startup_sets() -> None:
-    assert set(OperatorMemo.__annotations__) == _set_by_startup()
+    assert set(OperatorMemo.__annotations__) | set(ControllerMemo.__annotations__) == _set_by_startup()
 
 
 def test_no_handler_takes_an_untyped_memo() -> None:

@@ -4,8 +4,8 @@ product matches no accelerator), once, not at every reconcile."""
 from __future__ import annotations
 
 from llama_operator.handlers.reconciler import unknown_gpus_event
+from llama_operator.planning.choose import unknown_gpus_note
 from llama_operator.planning.inventory import inventory_from_nodes
-from llama_operator.planning.planner import unknown_gpus_note
 from tests.planning.builders import gpu_node
 
 

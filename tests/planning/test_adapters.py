@@ -11,8 +11,9 @@ from llama_operator.api.resource import LlamaService, ObjectMeta
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import MAX_ADAPTER_RANK, LlamaServiceSpec
 from llama_operator.catalog.models import model_shape
+from llama_operator.catalog.vllm_flags import flag_contract
 from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
-from llama_operator.desired.objects import build_pod_template
+from llama_operator.desired.pod import build_pod_template
 from llama_operator.planning import PlanningError
 from llama_operator.planning.adapters import (
     allowed_max_lora_ranks,
@@ -20,7 +21,6 @@ from llama_operator.planning.adapters import (
     lora_capacity,
     max_lora_rank_for,
 )
-from llama_operator.planning.extra_args import flag_contract
 from tests.planning.builders import plan
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"

@@ -10,14 +10,11 @@ import pytest
 
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import MIG_PROFILES_BY_TYPE, AcceleratorType, DType, Quantization
-from llama_operator.desired.objects import build_pod_template
+from llama_operator.catalog.vllm_flags import flag_contract
+from llama_operator.desired.pod import build_pod_template
 from llama_operator.planning import PlanningError
-from llama_operator.planning.extra_args import (
-    OWNED_FLAGS,
-    PLANNER_DEFAULTS,
-    flag_contract,
-    parse_extra_args,
-)
+from llama_operator.planning.extra_args import parse_extra_args
+from llama_operator.planning.flag_policy import OWNED_FLAGS, PLANNER_DEFAULTS
 from llama_operator.reconcile.outcome import plan_llamaservice
 
 

@@ -13,13 +13,10 @@ import pytest
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import LlamaServiceSpec
+from llama_operator.catalog.vllm_flags import flag_contract
 from llama_operator.planning import PlanningConfig, PlanningError
-from llama_operator.planning.extra_args import (
-    LAYOUT_FLAGS,
-    OWNED_FLAGS,
-    flag_contract,
-    parse_extra_args,
-)
+from llama_operator.planning.extra_args import parse_extra_args
+from llama_operator.planning.flag_policy import LAYOUT_FLAGS, OWNED_FLAGS
 from llama_operator.reconcile.outcome import plan_llamaservice
 from tests.planning.builders import LLAMA_1B, plan, spec
 

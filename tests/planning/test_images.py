@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llama_operator.api.resource import parse_spec
+from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.images import (
     ImageReference,
@@ -12,7 +13,7 @@ from llama_operator.planning.images import (
     image_allowed,
     parse_image_reference,
 )
-from llama_operator.planning.planner import PlanningConfig, plan_service
+from llama_operator.planning.planner import plan_service
 
 PREFIXES = ("registry.example.com/vllm", "mirror.example.com/")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from llama_operator.planning.extra_args import flag_contract
-from llama_operator.planning.planner import DEFAULT_CPU_IMAGE, DEFAULT_GPU_IMAGE
+from llama_operator.catalog.vllm_flags import flag_contract
+from llama_operator.planning.config import DEFAULT_CPU_IMAGE, DEFAULT_GPU_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 

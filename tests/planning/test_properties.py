@@ -12,8 +12,8 @@ from llama_operator.api.spec import AcceleratorType, Quantization
 from llama_operator.catalog.accelerators import ACCELERATORS, MIB
 from llama_operator.catalog.models import ModelShape
 from llama_operator.planning import PlanningConfig, PlanningError
+from llama_operator.planning.engine import EAGER_KV_SHARE
 from llama_operator.planning.inventory import inventory_from_nodes
-from llama_operator.planning.planner import EAGER_KV_SHARE
 from llama_operator.planning.sizing import (
     auto_max_num_seqs,
     kv_heads_per_device,

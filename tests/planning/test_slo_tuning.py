@@ -11,7 +11,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.catalog.performance import StepModel
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
-from llama_operator.planning.planner import MIN_CHUNK_TOKENS, MIN_TPOT_CHUNK_TOKENS, TTFT_CHUNK_SHARE
+from llama_operator.planning.tuning import MIN_CHUNK_TOKENS, MIN_TPOT_CHUNK_TOKENS, TTFT_CHUNK_SHARE
 from tests.planning.builders import LLAMA_1B
 
 LLAMA_3B = "meta-llama/Llama-3.2-3B-Instruct"

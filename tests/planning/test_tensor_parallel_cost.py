@@ -16,7 +16,7 @@ from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 from llama_operator.catalog.performance import step_model
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
-from llama_operator.planning.planner import MIN_TPOT_CHUNK_TOKENS, TPOT_CHUNK_SHARE
+from llama_operator.planning.tuning import MIN_TPOT_CHUNK_TOKENS, TPOT_CHUNK_SHARE
 from tests.planning.builders import LLAMA_1B
 from tests.planning.test_tpot_floor import eight_gpu_node
 

@@ -17,7 +17,7 @@ from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
-from llama_operator.planning.planner import MIN_TPOT_CHUNK_TOKENS
+from llama_operator.planning.tuning import MIN_TPOT_CHUNK_TOKENS
 from tests.planning.builders import LLAMA_1B
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"

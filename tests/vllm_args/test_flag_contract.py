@@ -17,8 +17,9 @@ import pytest
 
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import MIG_PROFILES_BY_TYPE, AcceleratorType, DType, Quantization
+from llama_operator.catalog.vllm_flags import flag_contract
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import flag_contract, parse_extra_args
+from llama_operator.planning.extra_args import parse_extra_args
 from llama_operator.reconcile.outcome import plan_llamaservice
 from tests.vllm_args.test_vllm_parser import REPO, VLLM_PYTHON, _require_vllm, check
 

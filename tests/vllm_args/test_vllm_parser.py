@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from llama_operator.api.settings import Settings
+from llama_operator.catalog.vllm_flags import flag_contract
+from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import flag_contract
-from llama_operator.planning.planner import PlanningConfig
 from llama_operator.reconcile.outcome import plan_llamaservice
 
 REPO = Path(__file__).resolve().parents[2]

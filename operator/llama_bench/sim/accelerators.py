@@ -21,12 +21,10 @@ from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
 from llama_operator.catalog.accelerators import ACCELERATORS as CATALOG
 from llama_operator.catalog.performance import STEP_OVERHEAD_SECONDS
-from llama_operator.planning.planner import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    PlanningConfig,
-    PlanningError,
-    plan_service,
-)
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.planner import plan_service
+from llama_operator.planning.tuning import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 # The simulator's model names and the catalog models they are (catalog/models.py).
 MODELS: dict[str, str] = {

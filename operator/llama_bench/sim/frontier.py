@@ -22,7 +22,7 @@ from llama_bench.sim.progress import Progress, prefixed
 from llama_bench.sim.report import RunSummary
 from llama_bench.sim.scenario import TUNING_SWEEPS, Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace
-from llama_operator.autoscale.policy import DEFAULT_TUNING
+from llama_operator.autoscale.decision import DEFAULT_TUNING
 
 HEADROOMS = (0.3, 0.4, 0.5, 0.6, 0.7)
 PERCENTILES = (90.0, 95.0, 98.0, 99.0)

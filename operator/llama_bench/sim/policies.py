@@ -18,7 +18,8 @@ from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.settings import POD_MONITOR_SCRAPE_SECONDS, SIGNAL_WINDOW_SECONDS
 from llama_operator.api.spec import AutoscalingSpec
-from llama_operator.autoscale.policy import DEFAULT_TUNING, Decision, PolicyTuning, decide
+from llama_operator.autoscale.decision import DEFAULT_TUNING, Decision, PolicyTuning
+from llama_operator.autoscale.policy import decide
 from llama_operator.reconcile.autoscaling import autoscaler_state
 from llama_operator.reconcile.engine import engine_plan
 

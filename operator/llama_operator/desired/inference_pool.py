@@ -10,7 +10,7 @@ from typing import Any
 from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import object_labels, selector_labels
-from llama_operator.desired.objects import HTTP_PORT, owner_reference
+from llama_operator.desired.pod import HTTP_PORT, owner_reference
 
 INFERENCE_POOL_API = "inference.networking.k8s.io/v1"
 INFERENCE_POOL_KIND = "InferencePool"

@@ -20,7 +20,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.desired.labels import SERVICE_LABEL, object_labels
-from llama_operator.desired.objects import (
+from llama_operator.desired.pod import (
     CONTAINER_NAME,
     Manifest,
     build_pod_template,

@@ -25,7 +25,7 @@ from llama_operator.api.resource import LlamaService
 from llama_operator.api.settings import Settings
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH
 from llama_operator.desired.labels import MANAGED_BY, selector_labels
-from llama_operator.desired.objects import (
+from llama_operator.desired.pod import (
     VLLM_UID,
     Manifest,
     node_cache_owner_container,

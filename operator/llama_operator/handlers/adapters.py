@@ -1,6 +1,6 @@
 """The adapter loop: every few seconds, on the leader, each LlamaService whose running plan has LoRA on gets
 spec.adapters loaded into (and removed ones unloaded from) every replica whose vLLM answers, and status.adapters
-says which replica holds which adapter. Such a replica's pod has a readiness gate (desired/objects.py) that this
+says which replica holds which adapter. Such a replica's pod has a readiness gate (desired/pod.py) that this
 loop opens once it has loaded the adapters: a new replica is Ready, and gets traffic, only with them. The
 decisions are reconcile/adapters.py's, the calls infra/vllm_adapters.py's."""
 
@@ -16,8 +16,8 @@ from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.times import rfc3339
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
+from llama_operator.handlers.indexes import Indexes
 from llama_operator.handlers.memo import OperatorMemo
-from llama_operator.handlers.reconciler import Indexes
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.vllm_adapters import AdapterSync, sync_adapters
 

@@ -18,14 +18,15 @@ from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
-from llama_operator.autoscale.policy import Decision, decide
+from llama_operator.autoscale.decision import Decision
+from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.accelerators import accelerator
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
-from llama_operator.handlers.indexes import activator_route
+from llama_operator.handlers.events import post_events
+from llama_operator.handlers.indexes import Indexes, activator_route
 from llama_operator.handlers.memo import OperatorMemo
-from llama_operator.handlers.reconciler import COMPONENT, Indexes
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.infra.metrics import Holding, OperatorMetrics, ServiceObservation
@@ -397,10 +398,8 @@ def _apply_outcome(
     )
     if write is StatusWrite.NEWS:
         _write_status(memo, memory, report, key=key, body=body, patch=outcome.status_patch)
+    post_events(memo.kube, body, outcome.events)
     for event in outcome.events:
-        memo.kube.post_event(
-            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
-        )
         log.info("autoscaler: %s/%s %s: %s", namespace, name, event.reason, event.message)
     return write
 

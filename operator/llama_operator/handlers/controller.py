@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -32,9 +32,10 @@ from llama_operator.desired.labels import (
 )
 from llama_operator.handlers.adapters import ADAPTER_SYNC_SECONDS, adapter_cycle
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
-from llama_operator.handlers.indexes import endpoint_facts, node_facts
+from llama_operator.handlers.events import COMPONENT
+from llama_operator.handlers.indexes import Indexes, endpoint_facts, node_facts
 from llama_operator.handlers.memo import OperatorMemo
-from llama_operator.handlers.reconciler import Indexes, reconcile_llamaservice, report_unknown_gpus
+from llama_operator.handlers.reconciler import reconcile_llamaservice, report_unknown_gpus
 from llama_operator.infra.kube import own_namespace
 from llama_operator.infra.leader import LeaderElection, LeaseProblem
 from llama_operator.infra.workqueue import WorkQueue
@@ -238,6 +239,13 @@ def lease_namespace(settings: Settings) -> tuple[str, str]:
     return own_namespace(os.environ)
 
 
+class ControllerMemo(OperatorMemo, Protocol):
+    """The memo once the start-up handler has added the controller (handlers/startup.py): what the
+    handlers that feed its queue read."""
+
+    controller: Controller
+
+
 def report_lease_problem(memo: OperatorMemo, problem: LeaseProblem | None) -> None:
     """Where on-call looks: readiness (with the reason as its body), a gauge by reason, and a Warning Event
     on this instance's own Pod when it runs in one (POD_NAME and POD_NAMESPACE, set by the chart)."""
@@ -253,7 +261,7 @@ def report_lease_problem(memo: OperatorMemo, problem: LeaseProblem | None) -> No
             reason="LeaderElectionBlocked",
             message=problem.message,
             warning=True,
-            component="llama-operator",
+            component=COMPONENT,
         )
 
 
@@ -289,9 +297,9 @@ def start_controller(memo: OperatorMemo, indexes: Indexes) -> Controller:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def llamaservice_event(
-    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: OperatorMemo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, namespace: str | None, name: str, memo: ControllerMemo, **_: Any
 ) -> None:
-    controller: Controller = memo.controller
+    controller = memo.controller
     memo.health.synced = True  # kopf holds event handlers back until every index is filled
     key = (str(namespace), name)
     if event.get("type") == "DELETED":
@@ -330,7 +338,7 @@ def _owner_key(namespace: str | None, labels: kopf.Labels) -> Key:
     "endpointslices",
     labels={SERVICE_LABEL: kopf.PRESENT, SLICE_MANAGED_BY_LABEL: ENDPOINT_SLICE_MANAGER},
 )
-async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: OperatorMemo, **_: Any) -> None:
+async def owned_event(*, namespace: str | None, labels: kopf.Labels, memo: ControllerMemo, **_: Any) -> None:
     memo.health.synced = True
     await memo.controller.queue.add(_owner_key(namespace, labels))
 
@@ -343,12 +351,12 @@ async def activator_endpoints_event(
     namespace: str | None,
     name: str,
     labels: kopf.Labels,
-    memo: OperatorMemo,
+    memo: ControllerMemo,
     **_: Any,
 ) -> None:
     """The activator's ready pods changed: services that may scale to zero re-route (their activator
     EndpointSlice follows the pods), and the autoscaler learns whether zero is safe."""
-    controller: Controller = memo.controller
+    controller = memo.controller
     settings = controller.memo.settings
     if not settings.activator_service or namespace != settings.activator_namespace:
         return
@@ -404,12 +412,12 @@ async def _optional_kind_changed(controller: Controller, attribute: str, kind: s
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=POD_MONITOR_CRD
 )
 async def pod_monitor_crd_event(
-    *, event: kopf.RawEvent, body: kopf.Body, memo: OperatorMemo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, memo: ControllerMemo, **_: Any
 ) -> None:
     """`podMonitor: auto` follows the Prometheus Operator's CRD while running: installed after the operator
     (kube-prometheus-stack after us), every LlamaService gets its PodMonitor without a restart; removed,
     the vLLM pods go back to prometheus.io scrape annotations."""
-    controller: Controller = memo.controller
+    controller = memo.controller
     if controller.memo.settings.pod_monitor == "auto":
         await _optional_kind_changed(
             controller, "pod_monitor", "PodMonitor", crd_serves_v1(event.get("type"), body)
@@ -420,12 +428,12 @@ async def pod_monitor_crd_event(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name", value=INFERENCE_POOL_CRD
 )
 async def inference_pool_crd_event(
-    *, event: kopf.RawEvent, body: kopf.Body, memo: OperatorMemo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, memo: ControllerMemo, **_: Any
 ) -> None:
     """`inferencePool: auto` follows the Gateway API Inference Extension's CRD while running: installed after
     the operator (an inference gateway added to a running cluster), every LlamaService gets its InferencePool
     without a restart; removed, the API server deletes the pools with their CRD."""
-    controller: Controller = memo.controller
+    controller = memo.controller
     if controller.memo.settings.inference_pool == "auto":
         await _optional_kind_changed(
             controller, "inference_pool", "InferencePool", crd_serves_v1(event.get("type"), body)
@@ -434,11 +442,11 @@ async def inference_pool_crd_event(
 
 @kopf.on.event("nodes")
 async def node_event(
-    *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: OperatorMemo, **_: Any
+    *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: ControllerMemo, **_: Any
 ) -> None:
     """A node's placement facts changed (added, removed, relabelled, capacity, taints): re-plan all, since
     `auto` and any placement no node could take may now land elsewhere. Heartbeats change nothing."""
-    controller: Controller = memo.controller
+    controller = memo.controller
     memo.health.synced = True
     facts = None if event.get("type") == "DELETED" else json.dumps(node_facts(body), sort_keys=True)
     if controller.node_facts.get(name) == facts:

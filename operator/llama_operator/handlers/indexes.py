@@ -3,6 +3,8 @@ fields the operator reads: never managedFields, annotations or whole bodies (mem
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -229,3 +231,51 @@ def owned_deployment(
         if owner_uid and ownership(deployment, owner_uid) is Ownership.OURS:
             return deployment
     return None
+
+
+@dataclass
+class Indexes:
+    """kopf's indexes, as the startup handler received them (they fill and follow the watches)."""
+
+    llamaservices: kopf.Index[OwnerKey, dict[str, Any]]
+    nodes: kopf.Index[str, dict[str, Any]]
+    pods: kopf.Index[OwnerKey, dict[str, Any]]
+    deployments: kopf.Index[OwnerKey, dict[str, Any]]
+    services: kopf.Index[ObjectKey, dict[str, Any]]
+    pdbs: kopf.Index[ObjectKey, dict[str, Any]]
+    pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
+    endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
+    inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
+    leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
+    daemon_sets: kopf.Index[ObjectKey, dict[str, Any]] | None = None
+
+    def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
+        """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""
+        return owned_deployment(self.deployments, key, owner_uid) or (
+            owned_deployment(self.leader_worker_sets, key, owner_uid)
+            if self.leader_worker_sets is not None
+            else None
+        )
+
+    def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind in ("Deployment", "LeaderWorkerSet"):
+            by_owner: Mapping[OwnerKey, Any] = (
+                self.deployments if kind == "Deployment" else (self.leader_worker_sets or {})
+            )
+            return next(
+                (
+                    d
+                    for d in by_owner.get((namespace, name), [])
+                    if d["metadata"]["name"] == name and d.get("kind") == kind
+                ),
+                None,
+            )
+        index: Mapping[ObjectKey, Any] = {
+            "Service": self.services,
+            "PodDisruptionBudget": self.pdbs,
+            "PodMonitor": self.pod_monitors,
+            "EndpointSlice": self.endpoint_slices,
+            "InferencePool": self.inference_pools or {},
+            "DaemonSet": self.daemon_sets or {},
+        }[kind]
+        return next(iter(index.get((kind, namespace, name), [])), None)

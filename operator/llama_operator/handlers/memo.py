@@ -1,5 +1,6 @@
 """What the operator keeps in kopf's memo, typed: the start-up handler (handlers/startup.py) fills it once,
-every handler and the controller read it. kopf passes its own `kopf.Memo` (a dict with attribute access);
+every handler and the controller read it. The controller itself is added last, once the indexes exist
+(handlers/controller.py, ControllerMemo). kopf passes its own `kopf.Memo` (a dict with attribute access);
 this protocol is how the code that reads it is checked (mypy strict), attribute by attribute."""
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from llama_operator.api.settings import Settings
-    from llama_operator.handlers.controller import Controller
     from llama_operator.infra.kube import Kube
     from llama_operator.infra.metrics import Health, OperatorMetrics
     from llama_operator.infra.prometheus import PrometheusSignals
@@ -22,4 +22,3 @@ class OperatorMemo(Protocol):
     prometheus: PrometheusSignals
     pod_monitor: bool  # the PodMonitor kind is served (or config.podMonitor says always)
     inference_pool: bool  # InferencePools are made (config.inferencePool auto and the v1 CRD is served)
-    controller: Controller  # set last, once the indexes exist

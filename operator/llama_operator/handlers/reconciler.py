@@ -9,17 +9,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
-
 from llama_operator.api.resource import parse_spec
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.desired.objects import DesiredState
-from llama_operator.handlers.indexes import ObjectKey, OwnerKey, activator_route, one, owned_deployment
+from llama_operator.handlers.events import post_events
+from llama_operator.handlers.indexes import (
+    Indexes,
+    OwnerKey,
+    activator_route,
+    one,
+)
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute
+from llama_operator.planning.choose import UNKNOWN_GPUS_NOTE
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
-from llama_operator.planning.planner import UNKNOWN_GPUS_NOTE
 from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.engine import engine_replanned_event
 from llama_operator.reconcile.execution import (
@@ -32,56 +36,7 @@ from llama_operator.reconcile.outcome import ReconcileOutcome, planning_config, 
 from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
 from llama_operator.reconcile.rollout import rollout_status
 
-COMPONENT = "llama-operator"
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Indexes:
-    """kopf's indexes, as the startup handler received them (they fill and follow the watches)."""
-
-    llamaservices: kopf.Index[OwnerKey, dict[str, Any]]
-    nodes: kopf.Index[str, dict[str, Any]]
-    pods: kopf.Index[OwnerKey, dict[str, Any]]
-    deployments: kopf.Index[OwnerKey, dict[str, Any]]
-    services: kopf.Index[ObjectKey, dict[str, Any]]
-    pdbs: kopf.Index[ObjectKey, dict[str, Any]]
-    pod_monitors: kopf.Index[ObjectKey, dict[str, Any]]
-    endpoint_slices: kopf.Index[ObjectKey, dict[str, Any]]
-    inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
-    leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
-    daemon_sets: kopf.Index[ObjectKey, dict[str, Any]] | None = None
-
-    def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
-        """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""
-        return owned_deployment(self.deployments, key, owner_uid) or (
-            owned_deployment(self.leader_worker_sets, key, owner_uid)
-            if self.leader_worker_sets is not None
-            else None
-        )
-
-    def owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        if kind in ("Deployment", "LeaderWorkerSet"):
-            by_owner: Mapping[OwnerKey, Any] = (
-                self.deployments if kind == "Deployment" else (self.leader_worker_sets or {})
-            )
-            return next(
-                (
-                    d
-                    for d in by_owner.get((namespace, name), [])
-                    if d["metadata"]["name"] == name and d.get("kind") == kind
-                ),
-                None,
-            )
-        index: Mapping[ObjectKey, Any] = {
-            "Service": self.services,
-            "PodDisruptionBudget": self.pdbs,
-            "PodMonitor": self.pod_monitors,
-            "EndpointSlice": self.endpoint_slices,
-            "InferencePool": self.inference_pools or {},
-            "DaemonSet": self.daemon_sets or {},
-        }[kind]
-        return next(iter(index.get((kind, namespace, name), [])), None)
 
 
 @dataclass
@@ -208,10 +163,7 @@ def _reconcile(
             result.writes,
             ", status updated" if result.status_written else "",
         )
-    for event in result.events:
-        memo.kube.post_event(
-            body, reason=event.reason, message=event.message, warning=event.warning, component=COMPONENT
-        )
+    post_events(memo.kube, body, result.events)
     return result
 
 

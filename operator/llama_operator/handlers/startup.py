@@ -13,9 +13,9 @@ import kopf
 
 from llama_operator.autoscale.promql import SignalLabels
 from llama_operator.desired.labels import DEMAND_LABEL, SERVICE_LABEL
-from llama_operator.handlers.controller import Controller, start_controller
+from llama_operator.handlers.controller import Controller, ControllerMemo, start_controller
+from llama_operator.handlers.indexes import Indexes
 from llama_operator.handlers.memo import OperatorMemo
-from llama_operator.handlers.reconciler import Indexes
 from llama_operator.infra.config import load_settings
 from llama_operator.infra.kube import Kube, load_kube_config
 from llama_operator.infra.metrics import HEALTH, METRICS
@@ -110,7 +110,7 @@ def configure(*, settings: kopf.OperatorSettings, memo: OperatorMemo, logger: ko
 
 # Registered after `configure` (kopf runs startup handlers in order): the controller needs the settings.
 @kopf.on.startup()
-async def run_controller(*, memo: OperatorMemo, logger: kopf.Logger, **kwargs: Any) -> None:
+async def run_controller(*, memo: ControllerMemo, logger: kopf.Logger, **kwargs: Any) -> None:
     indexes = Indexes(
         llamaservices=kwargs["llamaservice_index"],
         nodes=kwargs["node_index"],
@@ -135,7 +135,7 @@ async def run_controller(*, memo: OperatorMemo, logger: kopf.Logger, **kwargs: A
 
 
 @kopf.on.cleanup()
-async def stop_controller(*, memo: OperatorMemo, **_: Any) -> None:
+async def stop_controller(*, memo: ControllerMemo, **_: Any) -> None:
     controller: Controller | None = getattr(memo, "controller", None)
     if controller is not None:
         await controller.stop()

@@ -14,7 +14,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from llama_operator.desired.objects import DesiredState, Manifest
+from llama_operator.desired.objects import DesiredState
+from llama_operator.desired.pod import Manifest
 from llama_operator.infra.kube import Kube
 from llama_operator.reconcile.drift import Repair, repair_needed, spec_managers, writes_as_applied
 from llama_operator.reconcile.execution import ExecutionReport, ObjectRef, Rejection, is_permanent_refusal

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from llama_operator.api.spec import LoRAAdapter
 from llama_operator.catalog.models import ModelShape
+from llama_operator.catalog.vllm_flags import flag_contract
 from llama_operator.planning.errors import PlanningError
-from llama_operator.planning.extra_args import flag_contract
 
 # vLLM's default --max-lora-rank: the rank assumed for an adapter whose spec gives none.
 DEFAULT_ADAPTER_RANK = 16

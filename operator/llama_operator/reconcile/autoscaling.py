@@ -20,7 +20,8 @@ from llama_operator.api.conditions import (
 )
 from llama_operator.api.plan import Plan, status_plan
 from llama_operator.api.times import rfc3339
-from llama_operator.autoscale.policy import Decision, objective_met, tpot_objective_met
+from llama_operator.autoscale.decision import Decision
+from llama_operator.autoscale.objective import objective_met, tpot_objective_met
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.vllm import tpot_judged_at
 from llama_operator.reconcile.execution import Event

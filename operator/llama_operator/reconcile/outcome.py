@@ -17,8 +17,10 @@ from llama_operator.catalog.accelerators import catalog_from_settings
 from llama_operator.desired.inference_pool import build_inference_pool
 from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory
-from llama_operator.planning.planner import PlanningConfig, PlanningError, plan_service
+from llama_operator.planning.planner import plan_service
 from llama_operator.reconcile.engine import ReplanPolicy, engine_plan, value_at
 
 

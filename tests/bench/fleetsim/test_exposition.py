@@ -30,7 +30,7 @@ from llama_operator.autoscale.signals import (
     histogram_quantile,
 )
 from llama_operator.catalog.vllm import KV_CACHE_METRICS, VLLM_ITL_BUCKETS
-from llama_operator.planning.extra_args import flag_contract
+from llama_operator.catalog.vllm_flags import flag_contract
 
 from .conftest import KEY, engine_with, pod
 

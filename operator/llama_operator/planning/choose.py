@@ -1,0 +1,261 @@
+"""The accelerator: the spec's, or auto's choice (the cheapest option present that fits and meets the TPOT
+objective, a tensor-parallel one only where its GPUs pay), with the engine sized on it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from llama_operator.api.spec import (
+    AcceleratorType,
+    LlamaServiceSpec,
+    Quantization,
+)
+from llama_operator.catalog.vllm import measurable_tpot_at_least
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.engine import size_engine, try_size_engine
+from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.inventory import Inventory
+from llama_operator.planning.model import (
+    Candidate,
+    DoesNotFitError,
+    Request,
+    Sized,
+    catalog_candidate,
+    catalog_candidates,
+    gib,
+    multi_node_candidates,
+)
+from llama_operator.planning.placement import Placement, is_present, place_candidate
+from llama_operator.planning.tuning import MIN_TPOT_CHUNK_TOKENS, histogram_reading, tpot_floor, tpot_tuning
+
+# Hub ids of 8-bit checkpoints (RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8, ...-int8): planned at
+# 16 bits when engine.quantization is none, so the plan says so.
+INT8_CHECKPOINT_NAME = re.compile(r"w8a8|int8", re.IGNORECASE)
+
+
+def _sort_key(candidate: Candidate, config: PlanningConfig) -> tuple[float, int, int, str]:
+    # Cheapest first; at equal price more memory (more KV cache), then fewer devices, then by name.
+    total_memory = candidate.device_memory_bytes * candidate.count
+    return (round(candidate.price(config), 6), -total_memory, candidate.count, candidate.name)
+
+
+def smallest_fitting(request: Request, config: PlanningConfig) -> str:
+    """The smallest catalog GPU option (by memory, then price) that runs the request, for error messages."""
+    fitting = [
+        sized
+        for c in catalog_candidates(config, include_cpu=False)
+        if (sized := try_size_engine(request, c, config)) is not None
+    ]
+    if not fitting:
+        return (
+            f"no catalog option up to {config.max_gpus_per_replica} GPUs fits it; use quantization or a "
+            "smaller model"
+        )
+    smallest = min(
+        fitting,
+        key=lambda s: (
+            s.candidate.device_memory_bytes * s.candidate.count,
+            s.candidate.price(config),
+            s.candidate.name,
+        ),
+    ).candidate
+    cheapest = min(fitting, key=lambda s: _sort_key(s.candidate, config)).candidate
+    message = (
+        f"the smallest catalog option that fits is {smallest.name} "
+        f"({gib(smallest.device_memory_bytes * smallest.count)}, "
+        f"{smallest.price(config):.2f}/h relative price)"
+    )
+    if cheapest != smallest:
+        message += f", the cheapest {cheapest.name} ({cheapest.price(config):.2f}/h)"
+    return message
+
+
+UNKNOWN_GPUS_NOTE = "match no accelerator in the catalog, so auto cannot use them"
+
+
+def unknown_gpus_note(inventory: Inventory) -> str:
+    """What auto says of GPU nodes it had to leave out: never a silent skip."""
+    listed = ", ".join(
+        f"{product} ({nodes} node{'s' if nodes > 1 else ''})" for product, nodes in inventory.unknown_gpus
+    )
+    return (
+        f"GPU nodes labelled {listed} {UNKNOWN_GPUS_NOTE}: add them under the operator's config.accelerators"
+    )
+
+
+def _choose_auto(
+    request: Request, config: PlanningConfig, inventory: Inventory | None
+) -> tuple[Sized, list[str]]:
+    candidates = sorted(
+        catalog_candidates(config, include_cpu=config.auto_includes_cpu), key=lambda c: _sort_key(c, config)
+    )
+    notes: list[str] = []
+    if inventory is not None:
+        present = [c for c in candidates if is_present(c, inventory)]
+        if inventory.unknown_gpus:
+            notes.append(unknown_gpus_note(inventory))
+    else:
+        present = candidates
+        notes.append("no node inventory: chose the cheapest catalog option; it may not exist in the cluster")
+    # A replica over several nodes only where no single node present fits (and enough nodes offer one).
+    multi = sorted(multi_node_candidates(config), key=lambda c: _sort_key(c, config))
+    multi = [c for c in multi if inventory is None or is_present(c, inventory)]
+    for options in (present, multi):
+        for catalog_option in options:
+            # Size with the memory the nodes label, when they do.
+            candidate = (
+                place_candidate(catalog_option, config, inventory).candidate
+                if inventory is not None
+                else catalog_option
+            )
+            sized = try_size_engine(request, candidate, config)
+            if sized is not None and (
+                unpaid := _tensor_parallel_unpaid(sized, options, request, config, inventory)
+            ):
+                notes.append(unpaid)
+                continue
+            if sized is not None:
+                where = "present in the cluster " if inventory is not None else ""
+                tpot = request.slo.tpot_seconds if request.slo is not None else None
+                meets = "" if tpot is None else f" and meets the TPOT objective {tpot:g}s"
+                notes.append(
+                    f"auto: {candidate.name} is the cheapest option {where}that fits{meets} "
+                    f"({candidate.price(config):.2f}/h relative price)"
+                )
+                return sized, notes
+    _raise_if_tpot_unreachable(request, config, [*present, *multi], inventory)
+    if inventory is not None:
+        unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
+        raise PlanningError(
+            f"no accelerator present in the cluster fits {request.model_name} (present: "
+            f"{inventory.describe()}); "
+            f"{smallest_fitting(request, config)}{unknown}"
+        )
+    raise PlanningError(
+        f"no accelerator in the catalog fits {request.model_name}: {smallest_fitting(request, config)}"
+    )
+
+
+def _decode_rate(sized: Sized, request: Request, config: PlanningConfig) -> float:
+    """Output tokens per second a replica decodes within the TPOT objective (typical sequences)."""
+    tuning = tpot_tuning(request, sized.candidate, sized.steps, config)
+    assert tuning is not None  # only called with a TPOT objective
+    return min(tuning.batch, sized.max_num_seqs) / tuning.step_seconds
+
+
+def _tensor_parallel_unpaid(
+    sized: Sized,
+    options: list[Candidate],
+    request: Request,
+    config: PlanningConfig,
+    inventory: Inventory | None,
+) -> str | None:
+    """Why auto skips a tensor-parallel replica whose GPUs do not pay for themselves; None when they do.
+
+    Under a TPOT objective a replica of several GPUs decodes faster (their bandwidth adds up) but pays the
+    all-reduces over its link. Its extra GPUs pay only where it decodes at least as many tokens per second
+    per unit of price as the best single-GPU option that meets the objective too; else replicas of that
+    GPU serve the same load for less."""
+    candidate = sized.candidate
+    if request.slo is None or request.slo.tpot_seconds is None or candidate.count == 1 or candidate.nodes > 1:
+        return None
+    rate = _decode_rate(sized, request, config) / candidate.price(config)
+    best: tuple[float, Candidate] | None = None
+    for option in options:
+        if option.count != 1 or option.nodes != 1:
+            continue
+        single = try_size_engine(
+            request,
+            place_candidate(option, config, inventory).candidate if inventory is not None else option,
+            config,
+        )
+        if single is None:
+            continue
+        single_rate = _decode_rate(single, request, config) / single.candidate.price(config)
+        if best is None or single_rate > best[0]:
+            best = (single_rate, single.candidate)
+    if best is None or best[0] < rate:
+        return None
+    return (
+        f"auto: not {candidate.name}: its tensor parallel decodes {rate:.0f} tokens/s per unit of hourly "
+        f"price within the TPOT objective, {best[1].name} {best[0]:.0f}; its extra GPUs do not pay"
+    )
+
+
+def _raise_if_tpot_unreachable(
+    request: Request, config: PlanningConfig, options: list[Candidate], inventory: Inventory | None
+) -> None:
+    """A PlanningError naming the TPOT objective when it, not memory, is why nothing fits."""
+    slo = request.slo
+    if slo is None or slo.tpot_seconds is None:
+        return
+    relaxed = replace(request, slo=slo.model_copy(update={"tpot_seconds": None}))
+    fastest: tuple[float, Candidate] | None = None
+    for option in options:
+        candidate = place_candidate(option, config, inventory).candidate if inventory is not None else option
+        sized = try_size_engine(relaxed, candidate, config)
+        if sized is None:
+            continue
+        floor = tpot_floor(sized.steps, config)
+        if fastest is None or floor < fastest[0]:
+            fastest = (floor, candidate)
+    if fastest is None:
+        return  # memory is the reason: the caller says so
+    where = (
+        "present in the cluster"
+        if inventory is not None
+        else f"in the catalog (up to {config.max_gpus_per_replica} GPUs)"
+    )
+    read_at = histogram_reading(slo.tpot_seconds)
+    raise PlanningError(
+        f"autoscaling.slo.tpotSeconds {slo.tpot_seconds:g} cannot be met by any accelerator {where}: the "
+        f"best achievable TPOT for {request.model_name} is ~{fastest[0] * 1000:.1f} ms per token (one "
+        f"sequence of {config.typical_sequence_tokens} tokens beside a {MIN_TPOT_CHUNK_TOKENS}-token prompt "
+        f"chunk on {fastest[1].name}, all-reduces included); raise autoscaling.slo.tpotSeconds to at least "
+        f"{measurable_tpot_at_least(fastest[0]):g} or make a faster accelerator available{read_at}"
+    )
+
+
+def _explicit_candidate(spec: LlamaServiceSpec, config: PlanningConfig) -> Candidate:
+    try:
+        accel = config.catalog.get(spec.accelerator.type)
+        mig = accel.mig_profile(spec.accelerator.mig) if spec.accelerator.mig is not None else None
+    except KeyError as err:  # a type or profile the platform has not defined
+        raise PlanningError(f"accelerator: {err.args[0]}") from None
+    return catalog_candidate(accel, mig=mig, count=spec.accelerator.count, nodes=spec.accelerator.nodes)
+
+
+def choose_and_size(
+    spec: LlamaServiceSpec, request: Request, config: PlanningConfig, inventory: Inventory | None
+) -> tuple[Sized, Placement, list[str]]:
+    """The accelerator (auto's choice or the spec's), where it is placed, the engine sized on it, and the
+    notes of all three."""
+    notes: list[str] = []
+    if spec.accelerator.type == AcceleratorType.AUTO:
+        sized, auto_notes = _choose_auto(request, config, inventory)
+        notes += auto_notes
+        placement = place_candidate(sized.candidate, config, inventory, spec.accelerator.mig_strategy)
+    else:
+        candidate = _explicit_candidate(spec, config)
+        placement = place_candidate(candidate, config, inventory, spec.accelerator.mig_strategy)
+        try:
+            sized = size_engine(request, placement.candidate, config)
+        except DoesNotFitError as error:
+            raise PlanningError(f"{error.message}; {smallest_fitting(request, config)}") from None
+    notes += placement.notes + sized.notes
+    if request.quantization is Quantization.NONE and INT8_CHECKPOINT_NAME.search(spec.model.name):
+        notes.append(
+            f"{spec.model.name} looks like an 8-bit checkpoint but engine.quantization is none: its weights are "
+            "planned at 16 bits (a smaller KV cache than it gets); set engine.quantization int8 for a W8A8 "
+            "INT8 checkpoint"
+        )
+    candidate, accel = sized.candidate, sized.candidate.accelerator
+    if candidate.nodes > 1:
+        notes.append(
+            f"multi-node: each replica is a LeaderWorkerSet group of {candidate.nodes} pods on {candidate.nodes} "
+            f"nodes with {candidate.count} {accel.type} GPUs each (tensor parallel {candidate.count}, pipeline "
+            f"parallel {candidate.nodes} over Ray); replicas scale by whole groups"
+        )
+    return sized, placement, notes

@@ -1,0 +1,215 @@
+"""What the planner decides over: the request a spec makes (resolved once), the candidates that may run a
+replica, and a candidate sized to run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from llama_operator.api.plan import MeasuredSteps
+from llama_operator.api.spec import (
+    DType,
+    LlamaServiceSpec,
+    LoRAAdapter,
+    Quantization,
+    SLOSpec,
+)
+from llama_operator.catalog.accelerators import (
+    GIB,
+    Accelerator,
+    MigProfile,
+)
+from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
+from llama_operator.catalog.performance import StepModel
+from llama_operator.planning.adapters import LoraCapacity
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.errors import PlanningError
+from llama_operator.planning.extra_args import ExtraArgs, parse_extra_args
+from llama_operator.planning.sizing import GpuMemorySizing
+
+TENSOR_PARALLEL_COUNTS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a replica: `count` GPUs of a type, one MIG slice, or a CPU replica."""
+
+    accelerator: Accelerator
+    mig: MigProfile | None
+    count: int  # GPUs per node
+    device_memory_bytes: int
+    nodes: int = 1  # a replica over several nodes: a LeaderWorkerSet group, pipeline parallel across them
+
+    @property
+    def name(self) -> str:
+        if self.nodes > 1:
+            return f"{self.nodes} nodes of {self.count}x{self.accelerator.type}"
+        if self.mig is not None:
+            return f"{self.accelerator.type}/{self.mig.name}"
+        if self.count > 1:
+            return f"{self.count}x{self.accelerator.type}"
+        return self.accelerator.type
+
+    def price(self, config: PlanningConfig) -> float:
+        return config.price(self.accelerator, self.mig) * self.count * self.nodes
+
+
+def catalog_candidate(
+    accel: Accelerator, mig: MigProfile | None = None, count: int = 1, nodes: int = 1
+) -> Candidate:
+    memory = mig.memory_bytes if mig is not None else accel.memory_bytes
+    return Candidate(accelerator=accel, mig=mig, count=count, device_memory_bytes=memory, nodes=nodes)
+
+
+# Nodes per replica auto placement tries, a full node of GPUs each, when no single node fits.
+MULTI_NODE_COUNTS = (2, 3, 4)
+
+
+def multi_node_candidates(config: PlanningConfig) -> list[Candidate]:
+    """Replicas over several full nodes of one GPU type (the largest tensor-parallel count per node)."""
+    per_node = max(n for n in TENSOR_PARALLEL_COUNTS if n <= config.max_gpus_per_replica)
+    return [
+        catalog_candidate(accel, count=per_node, nodes=nodes)
+        for accel in config.catalog.accelerators.values()
+        if accel.is_gpu
+        for nodes in MULTI_NODE_COUNTS
+    ]
+
+
+def catalog_candidates(config: PlanningConfig, *, include_cpu: bool) -> list[Candidate]:
+    """Every GPU (in tensor-parallel counts), every MIG slice, and optionally a CPU replica."""
+    candidates: list[Candidate] = []
+    for accel in config.catalog.accelerators.values():
+        if not accel.is_gpu:
+            if include_cpu:
+                candidates.append(catalog_candidate(accel))
+            continue
+        candidates.extend(
+            catalog_candidate(accel, count=n)
+            for n in TENSOR_PARALLEL_COUNTS
+            if n <= config.max_gpus_per_replica
+        )
+        candidates.extend(catalog_candidate(accel, mig=profile) for profile in accel.mig_profiles)
+    return candidates
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the spec asks for, resolved once for every candidate."""
+
+    model_name: str
+    shape: ModelShape
+    dtype: DType
+    quantization: Quantization
+    max_model_len: int | None
+    max_num_seqs: int | None
+    gpu_memory_utilization: float | None
+    extra: ExtraArgs
+    slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
+    adapters: tuple[LoRAAdapter, ...] = ()
+    draft: Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
+    # Efficiency factors measured on the service's replicas (reconcile/engine.py): the step model of the
+    # candidate they were measured on uses them; every other candidate keeps the catalog's.
+    measured: MeasuredSteps | None = None
+
+
+# Speculative methods that propose from the request's own tokens: no draft weights or KV cache.
+DRAFT_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Speculative decoding as vLLM will configure it, with the draft model's shape when it has one."""
+
+    method: str
+    model: str | None
+    shape: ModelShape | None  # None: nothing to plan (n-gram, suffix, or the target's own MTP layers)
+
+
+def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
+    """The draft model of --speculative-config, sized from the catalog: its weights and KV cache come out
+    of the memory budget, so a draft the planner cannot size is refused rather than left out of the plan."""
+    if speculative is None:
+        return None
+    method = speculative.get("method")
+    model = speculative.get("model")
+    model_name = str(model) if model is not None else None
+    if method is None:  # vLLM's inference (SpeculativeConfig.__post_init__)
+        method = "ngram" if model_name in ("ngram", "[ngram]") else "draft_model"
+    if method in DRAFT_FREE_METHODS or model_name is None:
+        return Draft(method=str(method), model=None, shape=None)
+    try:
+        shape = model_shape(model_name)
+    except UnknownModelError:
+        raise PlanningError(
+            f"spec.engine.extraArgs --speculative-config: the draft model {model_name!r} is not in the "
+            "operator's catalog, so its weights and KV cache cannot be taken from the memory plan; use a "
+            "catalog model as the draft (e.g. meta-llama/Llama-3.2-1B-Instruct), or method ngram or suffix "
+            "(no draft weights)"
+        ) from None
+    return Draft(method=str(method), model=model_name, shape=shape)
+
+
+@dataclass(frozen=True)
+class Sized:
+    """A candidate that can run the request, with its engine settings."""
+
+    candidate: Candidate
+    dtype: str
+    kv_dtype_bytes: int
+    weight_bytes: int
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    gpu: GpuMemorySizing | None
+    memory_request_bytes: int
+    notes: tuple[str, ...]
+    steps: StepModel
+    max_num_batched_tokens: int  # 0: vLLM's default (not passed)
+    enforce_eager: bool  # planner's choice to pass --enforce-eager
+    lora: LoraCapacity | None = None
+
+
+class DoesNotFitError(PlanningError):
+    """The candidate lacks memory (as opposed to lacking a capability the spec needs)."""
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def dtype_bytes(dtype: str) -> int:
+    return 4 if dtype == DType.FLOAT32.value else 2
+
+
+# --- entry point ----------------------------------------------------------------------------------
+
+
+def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
+    try:
+        shape = model_shape(spec.model.name, spec.model.architecture)
+    except UnknownModelError as error:
+        raise PlanningError(str(error)) from None
+    engine = spec.engine
+    extra = parse_extra_args(engine.extra_args, allowed_code_loading=config.allowed_code_loading_flags)
+    if engine.max_model_len is not None and engine.max_model_len > shape.max_context:
+        raise PlanningError(
+            f"engine.maxModelLen {engine.max_model_len} exceeds the context of {spec.model.name} "
+            f"({shape.max_context} tokens): set it to at most {shape.max_context}"
+        )
+    return Request(
+        model_name=spec.model.name,
+        shape=shape,
+        dtype=engine.dtype,
+        quantization=engine.quantization,
+        max_model_len=engine.max_model_len,
+        max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        extra=extra,
+        slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
+        adapters=tuple(spec.adapters),
+        draft=resolve_draft(extra.speculative),
+    )

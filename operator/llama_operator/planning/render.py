@@ -1,0 +1,244 @@
+"""The plan written out: the vLLM arguments for the sized engine, its image, CPU request and environment,
+and the notes on LoRA slots and a speculative draft.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llama_operator.api.plan import Plan
+from llama_operator.api.spec import (
+    LlamaServiceSpec,
+    Quantization,
+)
+from llama_operator.catalog.accelerators import GIB
+from llama_operator.catalog.vllm import VLLM_PORT
+from llama_operator.planning.adapters import RUNTIME_LORA_ENV
+from llama_operator.planning.config import PlanningConfig
+from llama_operator.planning.engine import PRE_AMPERE_ATTENTION_BACKEND, draft_weight_bytes
+from llama_operator.planning.model import DRAFT_FREE_METHODS, Candidate, Request, Sized, gib
+from llama_operator.planning.placement import Placement, scheduling_of
+from llama_operator.planning.sizing import kv_bytes_per_token
+from llama_operator.planning.tuning import DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+SERVER_HOST = "0.0.0.0"
+# vLLM's name for the llm-compressor checkpoint format W8A8 INT8 checkpoints come in.
+COMPRESSED_TENSORS = "compressed-tensors"
+# Host resources of a GPU replica: the API server, tokenizer and weight loading run on the CPU. The CPU
+# request must fit the smallest GPU instances (g4dn.xlarge and g5.xlarge allocate ~3.9 of 4 vCPUs),
+# so it is a floor for scheduling, not a limit: vLLM may burst above it.
+GPU_REPLICA_BASE_CPUS = 1
+GPU_REPLICA_CPUS_PER_GPU = 1
+
+
+# --- vLLM arguments -------------------------------------------------------------------------------
+
+
+def vllm_args(
+    spec: LlamaServiceSpec, served_name: str, sized: Sized, config: PlanningConfig, request: Request
+) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    accel = sized.candidate.accelerator
+    args = [
+        "--model",
+        spec.model.name,
+        "--served-model-name",
+        served_name,
+        "--host",
+        SERVER_HOST,
+        "--port",
+        str(VLLM_PORT),
+        "--dtype",
+        sized.dtype,
+        "--max-model-len",
+        str(sized.max_model_len),
+        "--max-num-seqs",
+        str(sized.max_num_seqs),
+    ]
+    if accel.is_gpu:
+        args += ["--gpu-memory-utilization", f"{sized.gpu_memory_utilization:.2f}"]
+    if sized.max_num_batched_tokens and request.extra.max_num_batched_tokens is None:
+        args += ["--max-num-batched-tokens", str(sized.max_num_batched_tokens)]
+    if sized.enforce_eager:
+        args.append("--enforce-eager")
+    if sized.candidate.count > 1:
+        args += ["--tensor-parallel-size", str(sized.candidate.count)]
+    if sized.candidate.nodes > 1:
+        # A replica over several nodes: a stage of layers per node, the nodes joined by Ray (vLLM's
+        # multi-node backend; the LeaderWorkerSet's leader runs the Ray head and vllm serve).
+        args += [
+            "--pipeline-parallel-size",
+            str(sized.candidate.nodes),
+            "--distributed-executor-backend",
+            "ray",
+        ]
+    args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
+    quantization = request.quantization
+    if quantization is Quantization.FP8:
+        # In-flight quantization of a 16-bit checkpoint: vLLM must be told.
+        args += ["--quantization", quantization.value]
+    elif quantization is Quantization.INT8:
+        # The checkpoint's quantization_config (compressed-tensors) names the scheme; naming the format
+        # here makes vLLM refuse at start a checkpoint that is not one (16-bit, AWQ), which it would
+        # otherwise load at another size than the plan's.
+        args += ["--quantization", COMPRESSED_TENSORS]
+        notes.append(
+            "quantization int8: a W8A8 INT8 checkpoint, weights planned at 8 bits; --quantization "
+            f"{COMPRESSED_TENSORS} makes vLLM refuse a checkpoint in another format"
+        )
+    elif quantization in (Quantization.AWQ, Quantization.GPTQ):
+        # The checkpoint's quantization_config names the method; naming it here would force vLLM's
+        # slower non-Marlin kernel on sm_80+ GPUs.
+        notes.append(
+            f"quantization {quantization.value}: vLLM reads it from the checkpoint and picks the kernel"
+        )
+    if spec.model.cache is not None:
+        args += ["--download-dir", config.model_cache_path]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    if spec.model.trust_remote_code:  # plan_service checked that the platform allows it
+        args.append("--trust-remote-code")
+    if accel.is_gpu and not accel.supports_flash_attention_2:
+        if request.extra.attention_backend is None:
+            args += ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
+            notes.append(
+                f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type} "
+                f"({accel.compute_capability}) has no FlashAttention-2"
+            )
+        else:
+            notes.append(f"attention backend {request.extra.attention_backend} from extraArgs")
+    if sized.lora is not None:
+        args += sized.lora.args()
+    args += list(request.extra.args)
+    return args, notes
+
+
+def engine_runtime(candidate: Candidate, config: PlanningConfig) -> tuple[str, int, dict[str, str]]:
+    """The engine's image, CPU request and environment for a GPU replica or a CPU one."""
+    if candidate.accelerator.is_gpu:
+        return config.gpu_image, GPU_REPLICA_BASE_CPUS + GPU_REPLICA_CPUS_PER_GPU * candidate.count, {}
+    return config.cpu_image, config.cpu_replica_cpus, {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kv_cache_gib)}
+
+
+def plan_lora(spec: LlamaServiceSpec, sized: Sized, env: dict[str, str], notes: list[str]) -> int:
+    """The LoRA slots' bytes per device (0 without adapters), the runtime-loading switch in `env` and a
+    note on what the slots take."""
+    lora = sized.lora
+    if lora is None:
+        return 0
+    candidate = sized.candidate
+    accel = candidate.accelerator
+    # The operator loads and unloads adapters on running replicas (reconcile/adapters.py).
+    env[RUNTIME_LORA_ENV] = "True"
+    adapter_bytes = lora.gpu_bytes_per_device(candidate.count) if accel.is_gpu else lora.gpu_bytes
+    notes.append(
+        f"LoRA: {len(spec.adapters)} adapter(s); {lora.max_loras} slots of rank {lora.max_lora_rank} take "
+        f"{gib(adapter_bytes)}{' per GPU' if candidate.count > 1 else ''} from the "
+        f"{'KV cache' if accel.is_gpu else 'host memory'}; up to {lora.max_cpu_loras} adapters cached in "
+        "host memory (adding adapters within these leaves the replicas running)"
+    )
+    return adapter_bytes
+
+
+def plan_draft(request: Request, sized: Sized, notes: list[str]) -> tuple[int, int]:
+    """A speculative draft model's weight bytes per device and KV bytes per token (0, 0 without one, or for
+    a method with no draft model), and a note on what they take."""
+    draft = request.draft
+    if draft is None:
+        return 0, 0
+    if draft.shape is None:
+        notes.append(
+            f"speculative decoding {draft.method}: no draft model weights or KV cache to plan"
+            + ("" if draft.method in DRAFT_FREE_METHODS else " (the target's own layers propose)")
+        )
+        return 0, 0
+    candidate = sized.candidate
+    total = draft_weight_bytes(request, sized.dtype)
+    draft_bytes = sized.gpu.draft_weight_bytes_per_device if sized.gpu is not None else total
+    draft_kv_per_token = kv_bytes_per_token(draft.shape, kv_dtype_bytes=sized.kv_dtype_bytes)
+    notes.append(
+        f"speculative decoding {draft.method} with {draft.model}: its weights take {gib(draft_bytes)}"
+        f"{' per GPU' if candidate.count > 1 else ''} and its KV cache {draft_kv_per_token} bytes per "
+        f"token beside the target's {sized.kv_bytes_per_token - draft_kv_per_token}, out of the "
+        f"{'KV cache' if candidate.accelerator.is_gpu else 'host memory'} ({sized.kv_cache_tokens} tokens left)"
+    )
+    return draft_bytes, draft_kv_per_token
+
+
+def render_plan(
+    spec: LlamaServiceSpec,
+    request: Request,
+    sized: Sized,
+    *,
+    served_name: str,
+    placement: Placement,
+    notes: list[str],
+    config: PlanningConfig,
+) -> Plan:
+    """The Plan of the engine sized on its placement: the vLLM arguments and environment, the pod's
+    scheduling and resources, the engine's figures and the notes of every decision."""
+    candidate = sized.candidate
+    accel = candidate.accelerator
+    args, arg_notes = vllm_args(spec, served_name, sized, config, request)
+    notes += arg_notes
+
+    where = scheduling_of(candidate, placement)
+    image, cpu_request, env = engine_runtime(candidate, config)
+    lora, draft = sized.lora, request.draft
+    adapter_bytes = plan_lora(spec, sized, env, notes)
+    draft_bytes, draft_kv_per_token = plan_draft(request, sized, notes)
+    memory_bytes = (
+        candidate.device_memory_bytes * candidate.count * candidate.nodes
+        if accel.is_gpu
+        else sized.memory_request_bytes
+    )
+    # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
+    # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
+    prefill_tokens_per_second = sized.steps.prefill_tokens_per_second(
+        sized.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    )
+    return Plan(
+        accelerator=accel.type,
+        mig=candidate.mig.name if candidate.mig is not None else None,
+        mig_strategy=placement.mig_strategy,
+        count=candidate.count,
+        display_name=candidate.name,
+        memory_bytes=memory_bytes,
+        price_per_hour=round(candidate.price(config), 4),
+        image=spec.engine.image or image,
+        resources=where.resources,
+        cpu_request=str(cpu_request),
+        memory_request=f"{math.ceil(sized.memory_request_bytes / GIB)}Gi",
+        node_selector=where.node_selector,
+        node_affinity=where.node_affinity,
+        tolerations=where.tolerations,
+        served_model_name=served_name,
+        vllm_args=args,
+        vllm_env=env,
+        dtype=sized.dtype,
+        max_model_len=sized.max_model_len,
+        max_num_seqs=sized.max_num_seqs,
+        gpu_memory_utilization=sized.gpu_memory_utilization,
+        weight_bytes=sized.gpu.weight_bytes_per_device if sized.gpu is not None else sized.weight_bytes,
+        kv_bytes_per_token=sized.kv_bytes_per_token,
+        kv_cache_tokens=sized.kv_cache_tokens,
+        max_concurrency=round(sized.kv_cache_tokens / sized.max_model_len, 2) if sized.max_model_len else 0.0,
+        prefill_tokens_per_second=round(prefill_tokens_per_second),
+        max_num_batched_tokens=sized.max_num_batched_tokens,
+        enforce_eager=sized.enforce_eager or request.extra.enforce_eager is True,
+        decode_step_seconds=round(sized.steps.weight_read_seconds, 6),
+        decode_seconds_per_context_token=float(f"{sized.steps.seconds_per_context_token:.4g}"),
+        prefill_seconds_per_token=float(f"{sized.steps.seconds_per_prefill_token:.4g}"),
+        max_loras=lora.max_loras if lora is not None else 0,
+        max_lora_rank=lora.max_lora_rank if lora is not None else 0,
+        max_cpu_loras=lora.max_cpu_loras if lora is not None else 0,
+        adapter_bytes=adapter_bytes,
+        speculative_method=draft.method if draft is not None else None,
+        nodes=candidate.nodes,
+        draft_weight_bytes=draft_bytes,
+        draft_kv_bytes_per_token=draft_kv_per_token,
+        measured_steps=request.measured
+        if request.measured is not None and request.measured.accelerator == candidate.name
+        else None,
+        notes=notes,
+    )
