@@ -8,6 +8,7 @@ would."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -232,15 +233,18 @@ def test_watch_namespaces_as_the_docs_set_it(helm: Path) -> None:
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
 
 
+H20 = {
+    "memoryMiB": 97871,
+    "bandwidthGBps": 4000,
+    "fp16Tflops": 148,
+    "computeCapability": "9.0",
+    "pricePerHour": 2.0,
+    "productLabels": ["NVIDIA-H20"],
+}
+
+
 def test_a_platform_adds_a_gpu_through_values(helm: Path, tmp_path: Path) -> None:
-    h20 = {
-        "memoryMiB": 97871,
-        "bandwidthGBps": 4000,
-        "fp16Tflops": 148,
-        "computeCapability": "9.0",
-        "pricePerHour": 2.0,
-        "productLabels": ["NVIDIA-H20"],
-    }
+    h20 = H20
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"config": {"accelerators": {"h20": h20, "t4": {"pricePerHour": 0.3}}}}))
     config = operator_config(render(helm, "-f", str(values)))
@@ -276,3 +280,161 @@ def test_common_labels_args_and_sidecars(helm: Path, tmp_path: Path) -> None:
     assert [c["name"] for c in pod["containers"]] == ["operator", "shipper"]
     # The selector labels stay the chart's: a common label cannot take them over.
     assert template(helm, "--set", "commonLabels.app\\.kubernetes\\.io/name=x").returncode != 0
+
+
+def test_the_leader_lease_role_is_where_the_lease_is(helm: Path) -> None:
+    docs = render(helm, "--set", "config.leaderElectionNamespace=kube-system")
+    lease_rules = [
+        (d["kind"], d["metadata"]["namespace"])
+        for d in find(docs, "Role") + find(docs, "RoleBinding")
+        if any("leases" in r["resources"] and "create" in r["verbs"] for r in d.get("rules", []))
+        or d["metadata"]["name"].endswith("-leader-election")
+    ]
+    assert ("Role", "kube-system") in lease_rules and ("RoleBinding", "kube-system") in lease_rules
+    (lease_role,) = [r for r in find(docs, "Role") if r["metadata"]["namespace"] == "kube-system"]
+    assert [r["resources"] for r in lease_role["rules"]] == [["leases"]]  # nothing else in kube-system
+    # The Warning Event on the operator's own Pod (election refused) stays in the release namespace.
+    (events_role,) = [
+        r
+        for r in find(docs, "Role")
+        if r["metadata"]["namespace"] == "llama-operator"
+        and r["metadata"]["name"].endswith("-leader-election")
+    ]
+    assert [r["resources"] for r in events_role["rules"]] == [["events"]]
+    # Unset, one Role in the release namespace holds both.
+    (default_role,) = [
+        r for r in find(render(helm), "Role") if r["metadata"]["name"].endswith("-leader-election")
+    ]
+    assert default_role["metadata"]["namespace"] == "llama-operator"
+    assert [r["resources"] for r in default_role["rules"]] == [["leases"], ["events"]]
+
+
+def parent_chart(tmp_path: Path, dependencies: list[dict[str, Any]], values: dict[str, Any]) -> Path:
+    """A parent chart holding this chart under charts/ (as `helm dependency build` leaves it)."""
+    parent = tmp_path / "platform"
+    shutil.copytree(CHART, parent / "charts" / "llama-operator")
+    chart = {"apiVersion": "v2", "name": "platform", "version": "1.0.0", "dependencies": dependencies}
+    (parent / "Chart.yaml").write_text(yaml.safe_dump(chart))
+    (parent / "values.yaml").write_text(yaml.safe_dump(values))
+    return parent
+
+
+def render_parent(helm: Path, parent: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [str(helm), "template", "platform", str(parent), "--namespace", "platform"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_a_parent_chart_switches_it_on_and_off_with_its_condition(helm: Path, tmp_path: Path) -> None:
+    dependency = {"name": "llama-operator", "version": "0.1.0", "condition": "llama-operator.enabled"}
+    parent = parent_chart(tmp_path, [dependency], {"llama-operator": {"enabled": True}})
+    assert operator_deployment(render_parent(helm, parent))
+    (parent / "values.yaml").write_text(yaml.safe_dump({"llama-operator": {"enabled": False}}))
+    assert not render_parent(helm, parent)
+
+
+def test_two_aliased_copies_have_objects_of_their_own(helm: Path, tmp_path: Path) -> None:
+    dependencies = [
+        {"name": "llama-operator", "version": "0.1.0", "alias": alias} for alias in ("llm-a", "llm-b")
+    ]
+    # One copy installs the cluster's one CRD; both watch their own namespaces.
+    values = {
+        "llm-a": {"watchNamespaces": ["team-a"]},
+        "llm-b": {"watchNamespaces": ["team-b"], "crds": {"install": False}},
+    }
+    docs = render_parent(helm, parent_chart(tmp_path, dependencies, values))
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    deployments = [d for d in find(docs, "Deployment") if "activator" not in d["metadata"]["name"]]
+    assert sorted(d["metadata"]["name"] for d in deployments) == ["platform-llm-a", "platform-llm-b"]
+    # Each copy's Service selects its own pods only.
+    selectors = {tuple(sorted(d["spec"]["selector"]["matchLabels"].items())) for d in deployments}
+    assert len(selectors) == 2
+
+
+def test_global_image_registry_and_pull_secrets(helm: Path) -> None:
+    docs = render(
+        helm,
+        "--set",
+        "global.imageRegistry=mirror.example.com",
+        "--set",
+        "global.imagePullSecrets[0]=mirror-cred",
+        "--set",
+        "global.imagePullSecrets[1].name=other-cred",
+        "--set",
+        "imagePullSecrets[0].name=own-cred",
+        "--set",
+        "activator.enabled=true",
+    )
+    for deployment in find(docs, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["containers"][0]["image"] == "mirror.example.com/llama-operator/llama-operator:0.1.0"
+        assert pod["imagePullSecrets"] == [
+            {"name": "own-cred"},
+            {"name": "mirror-cred"},
+            {"name": "other-cred"},
+        ]
+    # A repository with no registry of its own gets the global one in front.
+    docs = render(
+        helm, "--set", "global.imageRegistry=mirror.example.com", "--set", "image.repository=team/op"
+    )
+    assert operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "mirror.example.com/team/op:0.1.0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("autoscaleIntervalSeconds", -5),
+        ("autoscaleIntervalSeconds", 0),
+        ("autoscaleIntervalSeconds", 0.5),
+        ("resyncSeconds", 0),
+        ("statusRefreshSeconds", 0.1),
+        ("leaderRenewSeconds", 0),
+        ("signalWindowSeconds", 0.5),
+        ("burstWindowSeconds", 0.2),
+        ("engineReplanIntervalSeconds", 0.5),
+    ],
+)
+def test_an_interval_under_a_second_fails_at_install_time(
+    helm: Path, tmp_path: Path, setting: str, value: float
+) -> None:
+    # A values file: `--set` passes 0.5 as a string, which the schema refuses for its type alone.
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"config": {setting: value}}))
+    proc = template(helm, "-f", str(values))
+    assert proc.returncode != 0 and f"/config/{setting}" in proc.stderr, proc.stderr
+    assert "got string" not in proc.stderr
+
+
+def test_intervals_of_a_second_and_the_documented_zeros_pass(helm: Path) -> None:
+    render(
+        helm,
+        "--set",
+        "config.autoscaleIntervalSeconds=1",
+        "--set",
+        "config.burstWindowSeconds=0",
+        "--set",
+        "config.engineReplanIntervalSeconds=0",
+    )
+
+
+def test_an_incomplete_gpu_fails_at_install_time(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    for accelerators, field in (
+        ({"h20": {"memoryMiB": 97871, "productLabels": ["NVIDIA-H20"]}}, "bandwidthGBps"),
+        ({"h20": {**H20, "productLabels": []}}, "productLabels"),
+    ):
+        values.write_text(yaml.safe_dump({"config": {"accelerators": accelerators}}))
+        proc = template(helm, "-f", str(values))
+        assert proc.returncode != 0 and field in proc.stderr, (accelerators, proc.stderr)
+    # An override of a built-in GPU may give one field.
+    values.write_text(yaml.safe_dump({"config": {"accelerators": {"t4": {"pricePerHour": 0.3}}}}))
+    render(helm, "-f", str(values))

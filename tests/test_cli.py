@@ -347,7 +347,7 @@ def test_an_internal_error_exits_70_with_one_line() -> None:
         code = run_command(argparse.Namespace(func=cmd_plan, debug=False))
     assert code == EXIT_INTERNAL_ERROR == 70
     assert err.getvalue() == (
-        "llama-operator: internal error: AttributeError: 'Namespace' object has no attribute 'nodes' "
+        "llama-operator: internal error: AttributeError: 'Namespace' object has no attribute 'mig_strategy' "
         "(rerun with --debug for the traceback)\n"
     )
 
@@ -495,3 +495,66 @@ def test_stdin_above_the_size_cap_is_refused(repo: Path) -> None:
         done.stderr
         == "error: <stdin>: larger than 8 MiB, more than manifests or a node list hold (the API server takes 3 MiB a request); split it\n"
     )
+
+
+H20_MANIFEST = {
+    "apiVersion": "serving.llama-operator.dev/v1alpha1",
+    "kind": "LlamaService",
+    "metadata": {"name": "on-h20"},
+    "spec": {"model": {"name": "meta-llama/Llama-3.2-1B-Instruct"}, "accelerator": {"type": "h20"}},
+}
+H20_CONFIG = {
+    "migStrategy": "single",
+    "accelerators": {
+        "h20": {
+            "memoryMiB": 97871,
+            "bandwidthGBps": 4000,
+            "fp16Tflops": 148,
+            "computeCapability": "9.0",
+            "pricePerHour": 2.0,
+            "productLabels": ["NVIDIA-H20"],
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_plan_and_render_read_the_operators_config(repo: Path, tmp_path: Path, command: str) -> None:
+    manifest = yaml.safe_dump(H20_MANIFEST)
+    # Without the operator's config the catalog has no h20.
+    done = cli(command, "-f", "-", stdin=manifest, cwd=repo)
+    assert done.returncode == 1 and "h20" in done.stderr
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(H20_CONFIG))
+    done = cli(command, "-f", "-", "--config", str(config), stdin=manifest, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert "NVIDIA-H20" in done.stdout
+
+
+def test_a_config_the_operator_would_refuse_is_one_line_naming_it(repo: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**H20_CONFIG, "accelerators": {"h20": {"memoryMiB": 97871}}}))
+    done = cli("plan", "-f", "-", "--config", str(config), stdin=yaml.safe_dump(H20_MANIFEST), cwd=repo)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert str(config) in done.stderr and "bandwidthGBps" in done.stderr
+    done = cli("plan", "-f", "-", "--config", str(tmp_path / "missing.yaml"), stdin="", cwd=repo)
+    assert done.returncode == 1 and "missing.yaml" in done.stderr
+
+
+def test_a_mig_strategy_given_on_the_command_line_wins_over_the_config(repo: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"migStrategy": "single"}))
+    single = cli("plan", "-f", "examples/mig-mixed.yaml", "--config", str(config), cwd=repo)
+    assert json.loads(single.stdout)["migStrategy"] == "single", single.stderr
+    mixed = cli(
+        "plan", "-f", "examples/mig-mixed.yaml", "--config", str(config), "--mig-strategy", "mixed", cwd=repo
+    )
+    assert json.loads(mixed.stdout)["resources"] == {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def test_a_chart_values_file_previews_its_config(repo: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"replicaCount": 2, "config": H20_CONFIG}))
+    done = cli("plan", "-f", "-", "--config", str(values), stdin=yaml.safe_dump(H20_MANIFEST), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H20"}

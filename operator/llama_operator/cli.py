@@ -26,7 +26,7 @@ from llama_operator.api.settings import Settings
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
-from llama_operator.reconcile.outcome import plan_llamaservice
+from llama_operator.reconcile.outcome import plan_llamaservice, planning_config
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
 # file that cannot be read), 70 (sysexits EX_SOFTWARE) for a bug of ours, so that scripts tell them apart.
@@ -281,7 +281,7 @@ def _check_node(where: str, node: dict[str, Any]) -> None:
             raise InputError(f"{where}: Node status.{field} must map resource names to quantities")
 
 
-def _load_inventory(paths: Sequence[str] | None) -> Inventory | None:
+def _load_inventory(paths: Sequence[str] | None, settings: Settings) -> Inventory | None:
     if not paths:
         return None
     nodes: list[dict[str, Any]] = []
@@ -290,7 +290,22 @@ def _load_inventory(paths: Sequence[str] | None) -> Inventory | None:
             if document.get("kind") == "Node":
                 _check_node(where, document)
                 nodes.append(document)
-    return inventory_from_nodes(nodes)
+    # The nodes as the operator reads them: its catalog (config.accelerators) and config.podNodeSelector.
+    return inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
+
+
+def _offline_settings(args: argparse.Namespace) -> Settings:
+    """The operator's configuration for plan/render: --config's file (the operator's, or a chart values
+    file's `config:`), with --mig-strategy over it; neither given, the defaults."""
+    overrides = {"mig_strategy": args.mig_strategy} if args.mig_strategy else {}
+    if not args.config:
+        return Settings(**overrides)
+    from llama_operator.infra.config import ConfigError, load_settings_file  # noqa: PLC0415
+
+    try:
+        return load_settings_file(args.config, overrides)
+    except ConfigError as err:
+        raise InputError(str(err)) from None
 
 
 def _llamaservices(path: str) -> list[tuple[str, dict[str, Any]]]:
@@ -336,9 +351,8 @@ class ManifestError(Exception):
         super().__init__(f"{where}: {error}")
 
 
-def _planned(args: argparse.Namespace, *, with_uid: bool) -> Iterator[tuple[Any, Any]]:
-    inventory = _load_inventory(args.nodes)
-    settings = Settings(mig_strategy=args.mig_strategy)
+def _planned(args: argparse.Namespace, settings: Settings, *, with_uid: bool) -> Iterator[tuple[Any, Any]]:
+    inventory = _load_inventory(args.nodes, settings)
     for where, doc in _llamaservices(args.file):
         try:
             parse_llamaservice(doc)
@@ -348,7 +362,10 @@ def _planned(args: argparse.Namespace, *, with_uid: bool) -> Iterator[tuple[Any,
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    results = [plan.model_dump(by_alias=True, mode="json") for _, plan in _planned(args, with_uid=False)]
+    results = [
+        plan.model_dump(by_alias=True, mode="json")
+        for _, plan in _planned(args, _offline_settings(args), with_uid=False)
+    ]
     out: Any = results[0] if len(results) == 1 else results
     if args.output == "json":
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -358,9 +375,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    settings = Settings(mig_strategy=args.mig_strategy)
+    settings = _offline_settings(args)
     documents = []
-    for svc, plan in _planned(args, with_uid=True):
+    for svc, plan in _planned(args, settings, with_uid=True):
         state = build_desired_state(svc, plan, settings, pod_monitor=args.pod_monitor)
         documents.extend(state.objects)
     sys.stdout.write(dump_yaml(documents))
@@ -516,7 +533,17 @@ def build_parser() -> argparse.ArgumentParser:
             help="node inventory: Node manifests (a file, a directory of them, or a kind: List as "
             "`kubectl get nodes -o yaml` prints), repeatable",
         )
-        p.add_argument("--mig-strategy", choices=["mixed", "single"], default="mixed")
+        p.add_argument(
+            "--config",
+            metavar="FILE",
+            help="the operator's configuration (its config.yaml, or a chart values file's config:), e.g. a "
+            "GPU added under accelerators; default: the operator's defaults",
+        )
+        p.add_argument(
+            "--mig-strategy",
+            choices=["mixed", "single"],
+            help="as the GPU Operator is configured (default: the config's migStrategy, else mixed)",
+        )
         # Also accepted after the command; SUPPRESS keeps the global flag's value when not given here.
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if name == "plan":

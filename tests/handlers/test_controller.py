@@ -17,7 +17,7 @@ from llama_operator.handlers.indexes import Indexes
 from llama_operator.infra.metrics import OperatorMetrics
 from tests.planning.builders import gpu_node
 
-RESYNC = 0.05  # seconds
+RESYNC = 0.05  # seconds: under the configurable floor (1 s), set past validation for the test's speed
 KEYS: list[Key] = [("team-a", "chat"), ("team-a", "code"), ("team-b", "chat")]
 
 
@@ -54,7 +54,7 @@ def llamaservices() -> dict[Key, list[dict[str, Any]]]:
 @pytest.fixture
 def controller(llamaservices: dict[Key, list[dict[str, Any]]]) -> Iterator[Controller]:
     memo = kopf.Memo()
-    memo.settings = Settings(resync_seconds=RESYNC)
+    memo.settings = Settings().model_copy(update={"resync_seconds": RESYNC})
     memo.metrics = OperatorMetrics()
     made = Controller(memo, fake_indexes(llamaservices), leader=None)
     yield made
@@ -83,9 +83,10 @@ async def wait_queued(controller: Controller, count: int) -> None:
 
 def test_the_resync_period_is_a_setting() -> None:
     assert Settings().resync_seconds == 300.0  # the documented default: 5 minutes
-    assert Settings(resync_seconds=RESYNC).resync_seconds == RESYNC
-    with pytest.raises(ValueError, match="resync_seconds"):
-        Settings(resync_seconds=0)
+    assert Settings(resync_seconds=1).resync_seconds == 1
+    for under_a_second in (0, RESYNC):
+        with pytest.raises(ValueError, match="resync_seconds"):
+            Settings(resync_seconds=under_a_second)
 
 
 def test_enqueue_all_queues_every_key_of_the_index(controller: Controller) -> None:
@@ -162,7 +163,7 @@ def test_the_resync_loop_sleeps_the_configured_period(controller: Controller) ->
 def test_the_resync_counts_unknown_gpu_nodes_without_any_llamaservice() -> None:
     """llama_operator_unknown_gpu_nodes comes from the nodes: a cluster with no LlamaService yet says it too."""
     memo = kopf.Memo()
-    memo.settings = Settings(resync_seconds=RESYNC)
+    memo.settings = Settings().model_copy(update={"resync_seconds": RESYNC})
     memo.metrics = OperatorMetrics()
     nodes = {"x-0": [gpu_node("x-0", "NVIDIA-X1000", 8)], "t4": [gpu_node("t4", "Tesla-T4", 1)]}
     made = Controller(memo, fake_indexes({}, nodes), leader=None)

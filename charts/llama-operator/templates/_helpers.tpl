@@ -1,4 +1,6 @@
-{{- define "llama-operator.name" -}}{{ .Values.nameOverride | default "llama-operator" | trunc 63 | trimSuffix "-" }}{{- end }}
+{{/* The chart's name as its parent knows it: an alias (dependencies[].alias) renames it, so two aliased
+copies in one release get objects of their own. */}}
+{{- define "llama-operator.name" -}}{{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end }}
 
 {{- define "llama-operator.fullname" -}}
 {{- $name := include "llama-operator.name" . }}
@@ -96,15 +98,48 @@ in a pod's status (the LoRA adapters' readiness gate, set once the adapters are 
 {{- toJson $out -}}
 {{- end }}
 
+{{/* A repository with global.imageRegistry (a parent chart's mirror) in place of its own registry: the first
+path segment is a registry when it has a dot or a port, or is localhost (as Docker reads a reference). */}}
+{{- define "llama-operator.repository" -}}
+{{- $registry := (.root.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" -}}
+{{- $repository := .repository -}}
+{{- if $registry }}
+{{- $parts := splitList "/" $repository -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = rest $parts | join "/" }}
+{{- end }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- end }}
+{{- $repository -}}
+{{- end }}
+
+{{/* imagePullSecrets of the chart's pods: imagePullSecrets, then global.imagePullSecrets (names or
+{name: ...}), each once. */}}
+{{- define "llama-operator.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets }}{{ $names = append $names .name }}{{ end -}}
+{{- range (.Values.global | default dict).imagePullSecrets }}
+{{- if kindIs "string" . }}{{ $names = append $names . }}{{ else }}{{ $names = append $names .name }}{{ end }}
+{{- end -}}
+{{- $secrets := list -}}
+{{- range $names | uniq }}{{ $secrets = append $secrets (dict "name" .) }}{{ end -}}
+{{- with $secrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "llama-operator.image" -}}
-{{- if .Values.image.digest }}{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
+{{- $repository := include "llama-operator.repository" (dict "root" . "repository" .Values.image.repository) -}}
+{{- if .Values.image.digest }}{{ printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}{{ printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}{{ end }}
 {{- end }}
 
 {{/* The activator's image: activator.image.* where set, else the operator's image values. */}}
 {{- define "llama-operator.activatorImage" -}}
 {{- $own := .Values.activator.image | default dict -}}
-{{- $repository := $own.repository | default .Values.image.repository -}}
+{{- $repository := include "llama-operator.repository" (dict "root" . "repository" ($own.repository | default .Values.image.repository)) -}}
 {{- if $own.digest }}{{ printf "%s@%s" $repository $own.digest }}
 {{- else if $own.tag }}{{ printf "%s:%s" $repository $own.tag }}
 {{- else if and (not $own.repository) .Values.image.digest }}{{ printf "%s@%s" $repository .Values.image.digest }}

@@ -401,14 +401,43 @@ class AdmissionPolicyValues(ValuesModel):
     ] = Field(default_factory=dict)
 
 
+class GlobalValues(BaseModel):
+    """A parent chart's values shared with every subchart. Helm passes all of them in, so keys this chart
+    does not read are accepted; the two it reads are the common charts' convention (Bitnami's)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
+
+    image_registry: Annotated[
+        str,
+        Field(
+            description="A registry (a mirror) in front of every image of the chart: it replaces the "
+            "registry of image.repository and activator.image.repository (or goes before a repository "
+            "that names none). The vLLM images are config.gpuImage and config.cpuImage.",
+            pattern=r"^([A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]*[a-z0-9])?)?$",
+        ),
+    ] = ""
+    image_pull_secrets: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)] | LocalObjectReference],
+        Field(
+            description="Secrets for pulling the chart's images, after imagePullSecrets: names or [{name: regcred}]."
+        ),
+    ] = Field(default_factory=list)
+
+
 class ChartValues(ValuesModel):
     """Everything `values.yaml` may hold."""
 
-    # A parent chart's values shared with every subchart: Helm passes them in, so they must be accepted.
     global_: Annotated[
-        dict[str, Any],
-        Field(alias="global", description="Values a parent chart shares with its subcharts (unused here)."),
-    ] = Field(default_factory=dict)
+        GlobalValues,
+        Field(alias="global", description="Values a parent chart shares with its subcharts."),
+    ] = Field(default_factory=GlobalValues)
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Read by a parent chart's dependency condition (condition: llama-operator.enabled); "
+            "the chart itself renders the same either way."
+        ),
+    ] = True
     name_override: Annotated[
         str,
         Field(
@@ -556,7 +585,7 @@ REFERENCE_END = "<!-- end of the values reference -->"
 def _type_name(prop: dict[str, Any]) -> str:
     if "enum" in prop:
         return " \\| ".join(f"`{v}`" for v in prop["enum"])
-    if "anyOf" in prop:
+    if "anyOf" in prop and "type" not in prop:  # with a type, anyOf only bounds it (0 or at least 1)
         return " or ".join(_type_name(p) for p in prop["anyOf"])
     kind = prop.get("type")
     if kind == "array":

@@ -93,12 +93,34 @@ class AcceleratorSettings(BaseModel):
         list[Annotated[str, Field(min_length=1, max_length=63)]] | None,
         Field(
             description="nvidia.com/gpu.product values of nodes with this GPU (kubectl get nodes -L "
-            "nvidia.com/gpu.product); the first is used where no node is listed."
+            "nvidia.com/gpu.product); the first is used where no node is listed.",
+            min_length=1,
         ),
     ] = None
     mig_profiles: Annotated[
         list[MigProfileSettings] | None, Field(description="Its MIG profiles (none: no MIG).")
     ] = None
+
+    @model_validator(mode="after")
+    def _consistent_mig_profiles(self) -> AcceleratorSettings:
+        # What the planner would otherwise take on trust: a slice bigger than its GPU plans a model that
+        # never fits, a profile listed twice is matched against nodes by either entry.
+        names = [p.name for p in self.mig_profiles or ()]
+        for twice in sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"migProfiles lists {twice} twice")
+        for profile in self.mig_profiles or ():
+            stated = int(profile.name.split("g.", 1)[0])
+            if stated != profile.compute_slices:
+                raise ValueError(
+                    f"migProfiles: {profile.name} has {profile.compute_slices} compute slices, its name says "
+                    f"{stated}"
+                )
+            if self.memory_mib is not None and profile.memory_mib > self.memory_mib:
+                raise ValueError(
+                    f"migProfiles: {profile.name} has more memory than the GPU ({profile.memory_mib} MiB > "
+                    f"memoryMiB {self.memory_mib})"
+                )
+        return self
 
 
 # A new accelerator needs these (an override of a built-in one may give any subset).
@@ -110,6 +132,30 @@ REQUIRED_FOR_NEW = (
     "price_per_hour",
     "product_labels",
 )
+
+# The shortest interval the operator waits on: under a second its loops run back to back (the autoscaler's
+# Prometheus queries, the resync's reconciles, the status writes, the Lease renewals). Intervals that 0 turns
+# off are 0 or at least this.
+INTERVAL_FLOOR_SECONDS = 1.0
+# The same rule in the chart's values schema for an interval that 0 turns off.
+ZERO_OR_AT_LEAST_A_SECOND: dict[str, Any] = {
+    "anyOf": [{"const": 0}, {"minimum": INTERVAL_FLOOR_SECONDS}],
+}
+
+NOT_ACCELERATORS = ("auto", "cpu")  # auto chooses; cpu is vLLM's CPU build
+
+
+def _new_accelerators_complete(schema: dict[str, Any]) -> None:
+    """config.accelerators in the chart's values schema: a built-in type's entry may override any of its
+    fields, a new type's must give every field REQUIRED_FOR_NEW names (what the Settings validator checks),
+    so that `helm install` refuses an incomplete GPU instead of the operator stopping on it."""
+    ((pattern, entry),) = schema.pop("patternProperties").items()
+    required = [AcceleratorSettings.model_fields[f].alias or to_camel(f) for f in REQUIRED_FOR_NEW]
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+    schema["propertyNames"]["not"] = {"enum": list(NOT_ACCELERATORS)}
+    schema["properties"] = dict.fromkeys(sorted(BUILTIN_TYPES - set(NOT_ACCELERATORS)), entry)
+    schema["additionalProperties"] = {"allOf": [entry], "required": required}
+
 
 # How often the PodMonitors the operator creates have vLLM scraped: the burst window's default.
 POD_MONITOR_SCRAPE_SECONDS = 5.0
@@ -145,7 +191,8 @@ class Settings(BaseModel):
             description="Accelerators added to the catalog, or fields of built-in ones overridden, by type name "
             "(e.g. {h20: {memoryMiB: 97871, bandwidthGBps: 4000, fp16Tflops: 148, computeCapability: '9.0', "
             "pricePerHour: 2.0, productLabels: [NVIDIA-H20]}}): accelerator.type auto then uses nodes with "
-            "those product labels, and a LlamaService may name the type. No operator release needed."
+            "those product labels, and a LlamaService may name the type. No operator release needed.",
+            json_schema_extra=_new_accelerators_complete,
         ),
     ] = Field(default_factory=dict)
     gpu_image: Annotated[
@@ -313,14 +360,16 @@ class Settings(BaseModel):
     namespace_label: Annotated[
         str, Field(description="Prometheus label naming the LlamaService's namespace.")
     ] = "namespace"
-    autoscale_interval_seconds: Annotated[float, Field(description="How often the autoscaler decides.")] = 5.0
+    autoscale_interval_seconds: Annotated[
+        float, Field(description="How often the autoscaler decides (at least 1).", ge=INTERVAL_FLOOR_SECONDS)
+    ] = 5.0
     signal_window_seconds: Annotated[
         float,
         Field(
             description="Range of the autoscaler's rate and percentile queries: at least four scrape intervals "
             "(burstWindowSeconds), so that every rate has samples; unset, exactly four (20 s at the PodMonitor's "
             "5 s scrapes, the window `llama-bench` measures the policy with). A longer one reacts later.",
-            gt=0,
+            ge=INTERVAL_FLOOR_SECONDS,
         ),
     ] = SIGNAL_WINDOW_SECONDS
     burst_window_seconds: Annotated[
@@ -328,9 +377,10 @@ class Settings(BaseModel):
         Field(
             description="Scrape interval of vLLM's metrics (the PodMonitor's is 5 s): the autoscaler's burst "
             "response reads the request rate over the latest one and starts the replicas a sudden rise needs "
-            "before the rate window has filled. 0: no burst response.",
+            "before the rate window has filled. 0: no burst response; else at least 1.",
             ge=0,
             le=60,
+            json_schema_extra=ZERO_OR_AT_LEAST_A_SECOND,
         ),
     ] = POD_MONITOR_SCRAPE_SECONDS
     pod_monitor: Annotated[
@@ -352,9 +402,10 @@ class Settings(BaseModel):
         Field(
             description="Where a service's replicas prove faster than the catalog's step estimates, its vLLM "
             "engine (--max-num-batched-tokens, --max-num-seqs) is re-planned for the measured hardware, which "
-            "rolls its pods: at most once per this many seconds. 0: never; engines keep the catalog's "
-            "estimates.",
+            "rolls its pods: at most once per this many seconds (at least 1). 0: never; engines keep the "
+            "catalog's estimates.",
             ge=0,
+            json_schema_extra=ZERO_OR_AT_LEAST_A_SECOND,
         ),
     ] = 3600.0
     engine_replan_min_observations: Annotated[
@@ -370,8 +421,8 @@ class Settings(BaseModel):
         float,
         Field(
             description="The autoscaler writes observations (TTFT, queue, rates) into status at most this "
-            "often; decisions and condition changes are written at once.",
-            gt=0,
+            "often (at least 1); decisions and condition changes are written at once.",
+            ge=INTERVAL_FLOOR_SECONDS,
         ),
     ] = 60.0
     status_refreshes_per_second: Annotated[
@@ -384,7 +435,11 @@ class Settings(BaseModel):
         ),
     ] = 5.0
     resync_seconds: Annotated[
-        float, Field(description="Every LlamaService is reconciled at least this often.", gt=0)
+        float,
+        Field(
+            description="Every LlamaService is reconciled at least this often (at least 1).",
+            ge=INTERVAL_FLOOR_SECONDS,
+        ),
     ] = 300.0
     reconcile_workers: Annotated[int, Field(description="LlamaServices reconciled at once.", ge=1, le=64)] = 4
     leader_election: Annotated[
@@ -405,7 +460,8 @@ class Settings(BaseModel):
         float, Field(description="A standby takes over this long after the leader's last renewal.", ge=2)
     ] = 10.0
     leader_renew_seconds: Annotated[
-        float, Field(description="How often the leader renews its Lease.", gt=0)
+        float,
+        Field(description="How often the leader renews its Lease (at least 1).", ge=INTERVAL_FLOOR_SECONDS),
     ] = 2.0
     activator_service: Annotated[
         str | None,
@@ -461,7 +517,7 @@ class Settings(BaseModel):
         cls, accelerators: dict[str, AcceleratorSettings]
     ) -> dict[str, AcceleratorSettings]:
         for name, given in accelerators.items():
-            if name in ("auto", "cpu"):
+            if name in NOT_ACCELERATORS:
                 raise ValueError(
                     f"{name}: not an accelerator a platform can define (auto chooses; cpu is vLLM's CPU build)"
                 )
@@ -509,6 +565,13 @@ class Settings(BaseModel):
                 "prometheus.bearerToken or prometheus.basicAuth mount them from a Secret)"
             )
         return headers
+
+    @field_validator("burst_window_seconds", "engine_replan_interval_seconds")
+    @classmethod
+    def _zero_or_at_least_a_second(cls, seconds: float) -> float:
+        if 0 < seconds < INTERVAL_FLOOR_SECONDS:
+            raise ValueError(f"0 (off) or at least {INTERVAL_FLOOR_SECONDS:g} s, not {seconds:g}")
+        return seconds
 
     @model_validator(mode="before")
     @classmethod

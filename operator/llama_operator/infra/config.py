@@ -38,28 +38,58 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    env = os.environ if env is None else env
-    data: dict[str, Any] = {}
-    path = env.get(CONFIG_FILE_ENV)
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read the operator's configuration ({err.strerror})") from None
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise ConfigError(f"{path}: not YAML{at}: {getattr(err, 'problem', None) or err}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings")
-        data.update({k.replace("-", "_"): v for k, v in loaded.items()})
-    data.update(_env_overrides(env))
+def _read_config_file(path: str) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the operator's configuration ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}: not YAML{at}: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in loaded.items()}
+
+
+def _validated(data: dict[str, Any], path: str | None) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as err:
         where = f" ({path})" if path else ""
         raise ConfigError(f"invalid operator configuration{where}: {describe_errors(err)}") from None
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    path = env.get(CONFIG_FILE_ENV)
+    if path:
+        data.update(_read_config_file(path))
+    data.update(_env_overrides(env))
+    return _validated(data, path)
+
+
+# The key of the operator's configuration in the chart's values (Settings has no setting of that name).
+CHART_CONFIG_KEY = "config"
+
+
+def load_settings_file(path: str, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """The operator's configuration from one file, for offline previews (`plan`/`render --config`): the
+    file the chart mounts (its ConfigMap's config.yaml), or a chart values file, whose `config:` it is.
+    No LLAMA_OPERATOR_* variable is read: the preview is of the file. `overrides` (settings by their
+    Python names) win over it."""
+    data = _read_config_file(path)
+    section = data.get(CHART_CONFIG_KEY)
+    if isinstance(section, dict):
+        data = {str(k).replace("-", "_"): v for k, v in section.items()}
+    elif CHART_CONFIG_KEY in data:
+        data = {}  # a values file that leaves config empty: the operator's defaults
+    for name in overrides or {}:  # the file may spell an overridden setting either way
+        field = Settings.model_fields[name]
+        data.pop(name, None)
+        data.pop(field.alias or name, None)
+    return _validated({**data, **(overrides or {})}, path)
 
 
 def describe_errors(err: ValidationError) -> str:
