@@ -444,3 +444,58 @@ def test_a_refused_lease_is_said_once_not_ready_with_a_metric_and_an_event(
         assert len(said) == 1, proc.tail()
     finally:
         proc.stop()
+
+
+def test_a_release_whose_lease_is_in_kube_system_leads_there(
+    cluster: Cluster, release: str, watched: str, tmp_path: Path
+) -> None:
+    """config.leaderElectionNamespace: kube-system (where some platforms keep every Lease): the chart's Role
+    for the Lease is in kube-system, so the operator, with the chart's ServiceAccount, leads there."""
+    name = f"lease-{RUN}"
+    fullname, namespace = f"{name}-llama-operator", f"{name}-system"
+    lease = f"llama-operator-{RUN}"
+    done = helm(
+        cluster,
+        "upgrade",
+        "--install",
+        name,
+        str(repo_root() / "charts" / "llama-operator"),
+        "-n",
+        namespace,
+        "--create-namespace",
+        "--set",
+        "crds.install=false",
+        "--set",
+        f"watchNamespaces={{{watched}}}",
+        "--set",
+        "config.leaderElectionNamespace=kube-system",
+        "--set",
+        f"config.leaderElectionLease={lease}",
+        "--wait=false",
+    )
+    assert done.returncode == 0, done.stderr
+    kubeconfig = cluster.info.service_account_kubeconfig(
+        fullname, namespace, tmp_path / "sa.kubeconfig", context_namespace=False
+    )
+    proc = OperatorProcess(
+        cluster,
+        log_dir=tmp_path,
+        kubeconfig=kubeconfig,
+        extra_args=[f"--namespace={watched}"],
+        # What the chart's ConfigMap gives the pod, as environment (OperatorProcess writes no config file).
+        extra_env={
+            "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": "kube-system",
+            "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": lease,
+            "POD_NAMESPACE": namespace,
+            "POD_NAME": f"{fullname}-0",
+        },
+    )
+    proc.start()
+    try:
+        eventually("the operator leads", lambda: "llama_operator_leader 1.0" in _metrics(proc), timeout=60)
+        assert cluster.get("lease", lease, "kube-system") is not None
+    finally:
+        proc.stop()
+        helm(cluster, "uninstall", name, "-n", namespace)
+        cluster.kubectl("delete", "lease", lease, "-n", "kube-system", check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
