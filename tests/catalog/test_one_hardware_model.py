@@ -149,13 +149,15 @@ def test_the_simulator_runs_the_planners_step_times() -> None:
         plan = planned_engine(accelerator, "llama-3.2-1b")
         replica = replica_profile(accelerator, "llama-3.2-1b")
         assert (
-            replica.step_base_seconds,
-            replica.seconds_per_context_token,
-            replica.seconds_per_prefill_token,
+            replica.steps.weight_read_seconds,
+            replica.steps.seconds_per_context_token,
+            replica.steps.seconds_per_prefill_token,
+            replica.steps.seconds_per_step_token,
         ) == (
             plan.decode_step_seconds,
             plan.decode_seconds_per_context_token,
             plan.prefill_seconds_per_token,
+            plan.seconds_per_step_token,
         )
         assert (replica.kv_capacity_tokens, replica.price_per_hour) == (
             plan.kv_cache_tokens,

@@ -8,8 +8,8 @@ hardware: the simulator runs what the operator would deploy, and the SLO policy'
 plan's, as in the operator (status.plan.prefillTokensPerSecond). Nothing about the hardware is defined
 here (tests/catalog/test_one_hardware_model.py). A measured profile (sim.profile) replaces the estimate.
 
-The step-time model (catalog/performance.py, design brief "Simulator calibration"):
-    t_step = t0 + (W + sum(ctx) * kv_bytes_per_token) / (eta * BW) + prefill_tokens * F / (mu * FLOPS)
+The step-time model is the planner's and the policy's (catalog/performance.py, StepModel): the plan's four
+step coefficients, tensor parallel's all-reduces included.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import cache
 from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
 from llama_operator.catalog.accelerators import ACCELERATORS as CATALOG
-from llama_operator.catalog.performance import STEP_OVERHEAD_SECONDS
+from llama_operator.catalog.performance import STEP_OVERHEAD_SECONDS, StepModel, planned_step_model
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.planner import plan_service
@@ -58,34 +58,24 @@ class ReplicaProfile:
 
     accelerator: str  # an ACCELERATORS name, or a measured profile's name
     model: str  # a MODELS name, or the measured profile's model
-    step_base_seconds: float  # t0 + W / (eta BW)
-    seconds_per_context_token: float  # kv_bytes / (eta BW), per token of context read in a step
-    seconds_per_prefill_token: float  # F / (mu FLOPS)
+    steps: StepModel  # the step-time model (catalog/performance.py): the plan's, or a measured profile's fit
     kv_capacity_tokens: int
     price_per_hour: float  # USD per replica-hour
     max_num_seqs: int = VLLM_DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
-    # Measured profiles (sim.profile) only; zero for the data-sheet ones: the compute each decoding
-    # sequence adds to a step (CPU, or a GPU at large batch), and the fixed latency a request sees
+    # Measured profiles (sim.profile) only; zero for the data-sheet ones: the fixed latency a request sees
     # outside the engine (HTTP, tokenisation, detokenisation), added to its first and last token.
-    seconds_per_decode_sequence: float = 0.0
     request_overhead_seconds: float = 0.0
 
     @property
     def prefill_tokens_per_second(self) -> float:
         """Prefill throughput with full chunks, decode overhead included."""
-        chunk = self.max_num_batched_tokens
-        return chunk / (self.step_base_seconds + chunk * self.seconds_per_prefill_token)
+        return self.steps.prefill_tokens_per_second(self.max_num_batched_tokens)
 
     def step_seconds(self, decoding: int, context_tokens: int, prefill_tokens: int) -> float:
-        """One engine step: `decoding` sequences holding `context_tokens` of context each get a token,
-        and `prefill_tokens` prompt tokens are computed."""
-        return (
-            self.step_base_seconds
-            + self.seconds_per_decode_sequence * decoding
-            + self.seconds_per_context_token * context_tokens
-            + self.seconds_per_prefill_token * prefill_tokens
-        )
+        """One engine step: `decoding` sequences holding `context_tokens` of context between them each get
+        a token, and `prefill_tokens` prompt tokens are computed."""
+        return self.steps.step_seconds_holding(decoding, context_tokens, prefill_tokens)
 
 
 def planned_engine(
@@ -124,9 +114,7 @@ def replica_profile(
     return ReplicaProfile(
         accelerator=accelerator,
         model=model,
-        step_base_seconds=plan.decode_step_seconds,
-        seconds_per_context_token=plan.decode_seconds_per_context_token,
-        seconds_per_prefill_token=plan.prefill_seconds_per_token,
+        steps=planned_step_model(plan),
         kv_capacity_tokens=plan.kv_cache_tokens,
         price_per_hour=plan.price_per_hour,
         max_num_seqs=max_num_seqs,
@@ -141,9 +129,13 @@ def at_speed(
     estimates) in bandwidth and compute; the fixed time per step, `overhead`, is the host's: unchanged."""
     if speed == 1.0:
         return profile
+    steps = profile.steps
     return replace(
         profile,
-        step_base_seconds=overhead + (profile.step_base_seconds - overhead) / speed,
-        seconds_per_context_token=profile.seconds_per_context_token / speed,
-        seconds_per_prefill_token=profile.seconds_per_prefill_token / speed,
+        steps=replace(
+            steps,
+            weight_read_seconds=overhead + (steps.weight_read_seconds - overhead) / speed,
+            seconds_per_context_token=steps.seconds_per_context_token / speed,
+            seconds_per_prefill_token=steps.seconds_per_prefill_token / speed,
+        ),
     )

@@ -39,7 +39,7 @@ def engine_seconds(profile: ReplicaProfile, request: TraceRequest) -> float:
     decode steps are shared by max_num_seqs sequences."""
     batch = profile.max_num_seqs
     chunks = max(1, math.ceil(request.prompt_tokens / profile.max_num_batched_tokens))
-    prefill = chunks * profile.step_base_seconds + request.prompt_tokens * profile.seconds_per_prefill_token
+    prefill = profile.steps.prefill_seconds(request.prompt_tokens, chunks)
     context = request.prompt_tokens + request.output_tokens / 2
     step = profile.step_seconds(batch, int(batch * context), 0)
     return prefill + (request.output_tokens - 1) * step / batch

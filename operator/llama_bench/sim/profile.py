@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_bench.sim.accelerators import MODELS, ReplicaProfile
+from llama_operator.catalog.performance import StepModel
 
 PROFILE_FORMAT = "llama-operator/accelerator-profile/v1"
 
@@ -98,13 +99,15 @@ class MeasuredProfile:
             accelerator=self.name,
             model=self.model_shape or self.model,
             price_per_hour=self.price_per_hour,
-            step_base_seconds=fitted.base,
-            seconds_per_context_token=fitted.per_context_token,
-            seconds_per_prefill_token=fitted.per_prefill_token,
+            steps=StepModel(
+                weight_read_seconds=fitted.base,
+                seconds_per_context_token=fitted.per_context_token,
+                seconds_per_prefill_token=fitted.per_prefill_token,
+                seconds_per_decode_sequence=fitted.per_sequence,
+            ),
             kv_capacity_tokens=self.kv_capacity_tokens,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            seconds_per_decode_sequence=fitted.per_sequence,
             request_overhead_seconds=fitted.request_overhead,
         )
 

@@ -248,35 +248,15 @@ class Replica:
         return self.busy_until
 
     def _decode_duration(self, steps: int) -> float:
-        profile = self.profile
-        batch = len(self._decoding)
-        base = profile.step_base_seconds + profile.seconds_per_decode_sequence * batch
-        return steps * base + profile.seconds_per_context_token * (
-            steps * self._context_tokens + batch * steps * (steps - 1) / 2
-        )
+        return self.profile.steps.decode_run_seconds(steps, len(self._decoding), self._context_tokens)
 
     def interrupt(self, now: float) -> float | None:
         """A request arrived during a decode segment: end the segment at the next step boundary so
         the next step can take it. The new end time, or None when the schedule stands."""
         if self._kind != _DECODE or self.busy_until is None or self._segment_steps <= 1:
             return None
-        profile = self.profile
         elapsed = now - self._segment_start
-        batch = len(self._decoding)
-        quadratic = profile.seconds_per_context_token * batch / 2
-        linear = (
-            profile.step_base_seconds
-            + profile.seconds_per_decode_sequence * batch
-            + profile.seconds_per_context_token * self._context_tokens
-            - quadratic
-        )
-        if quadratic > 0:
-            root = (-linear + math.sqrt(linear * linear + 4 * quadratic * elapsed)) / (2 * quadratic)
-        else:
-            root = elapsed / linear
-        steps = max(1, math.ceil(root - 1e-9))
-        while self._decode_duration(steps) < elapsed:
-            steps += 1
+        steps = self.profile.steps.decode_steps_within(elapsed, len(self._decoding), self._context_tokens)
         if steps >= self._segment_steps:
             return None
         self._segment_steps = steps

@@ -168,6 +168,10 @@ class AutoscalerState(WireModel):
         float | None,
         Field(description="The plan's step time per prompt token computed.", gt=0),
     ] = None
+    seconds_per_step_token: Annotated[
+        float | None,
+        Field(description="The plan's step time per token of a step that tensor parallelism adds.", gt=0),
+    ] = None
     chunk_tokens: Annotated[
         int | None,
         Field(

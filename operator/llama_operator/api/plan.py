@@ -123,6 +123,13 @@ class Plan(WireModel):
         float,
         Field(description="Estimated step time per prompt token computed (2 x parameters / FLOPS reached)."),
     ] = 0.0
+    seconds_per_step_token: Annotated[
+        float,
+        Field(
+            description="Estimated step time per token of a step, decode or prompt, that tensor parallelism's "
+            "all-reduces add (0 on one device): the fourth term of the step model the planner sized with."
+        ),
+    ] = 0.0
     max_loras: Annotated[
         int, Field(description="LoRA adapters one engine step can serve at once (GPU slots); 0: LoRA off.")
     ] = 0

@@ -92,6 +92,8 @@ class StepBasis:
     weights: float  # W / BW: reading the weights once
     per_context_token: float  # kv_bytes / BW
     per_prefill_token: float  # 2 P / FLOPS
+    # Tensor parallel's all-reduces per token of a step: link time, which no efficiency factor scales.
+    per_step_token: float = 0.0
 
     @classmethod
     def from_hardware(cls, hardware: Hardware) -> StepBasis:
@@ -109,6 +111,7 @@ class StepBasis:
             * prior.bandwidth_efficiency,
             per_context_token=steps.seconds_per_context_token * prior.bandwidth_efficiency,
             per_prefill_token=steps.seconds_per_prefill_token * prior.compute_efficiency,
+            per_step_token=steps.seconds_per_step_token,
         )
 
     def step_model(self, fitted: Factors) -> StepModel:
@@ -117,6 +120,7 @@ class StepBasis:
             weight_read_seconds=fitted.step_overhead_seconds + self.weights / fitted.bandwidth_efficiency,
             seconds_per_context_token=self.per_context_token / fitted.bandwidth_efficiency,
             seconds_per_prefill_token=self.per_prefill_token / fitted.compute_efficiency,
+            seconds_per_step_token=self.per_step_token,
         )
 
 
@@ -136,6 +140,8 @@ def observe(state: Calibration, basis: StepBasis, observation: StepObservation) 
         return state
     row = features(basis, observation)
     weight = 1.0 / (OBSERVATION_RELATIVE_NOISE * observation.mean_step_seconds) ** 2
+    # What the factors explain: the step less tensor parallel's all-reduces (link time, known).
+    explained = observation.mean_step_seconds - basis.per_step_token * (observation.batch + observation.chunk)
     normal = [FORGETTING * a for a in state.normal]
     target = [FORGETTING * b for b in state.target]
     k = 0
@@ -143,7 +149,7 @@ def observe(state: Calibration, basis: StepBasis, observation: StepObservation) 
         for j in range(i, UNKNOWNS):
             normal[k] += weight * row[i] * row[j]
             k += 1
-        target[i] += weight * row[i] * observation.mean_step_seconds
+        target[i] += weight * row[i] * explained
     return Calibration(
         normal=tuple(normal), target=tuple(target), observations=FORGETTING * state.observations + 1
     )
@@ -274,6 +280,7 @@ def plan_step_model(state: AutoscalerState) -> StepModel | None:
         weight_read_seconds=state.decode_step_seconds,
         seconds_per_context_token=state.decode_seconds_per_context_token,
         seconds_per_prefill_token=state.prefill_seconds_per_token or 0.0,
+        seconds_per_step_token=state.seconds_per_step_token or 0.0,
     )
 
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llama_operator.api.plan import Plan
+
 # Share of the data-sheet bandwidth a decode step reaches (brief: 0.5-0.8; Llama-3.1-8B on an A100-40
 # reached ~0.77 of the bound at batch 1).
 DECODE_BANDWIDTH_EFFICIENCY = 0.75
@@ -52,22 +54,61 @@ class StepModel:
     seconds_per_prefill_token: float  # F / (mu FLOPS)
     # Tensor parallel's all-reduce bytes per token of a step, decode or prompt; 0 on one device.
     seconds_per_step_token: float = 0.0
+    # The compute each decoding sequence adds to a step (a CPU replica, or a GPU at a large batch): measured
+    # profiles only (llama-bench profile); 0 in the data-sheet model.
+    seconds_per_decode_sequence: float = 0.0
 
     def step_seconds(self, batch: int, mean_context: float, chunk: int = 0) -> float:
         """One step: `batch` sequences of `mean_context` tokens each decode one token, `chunk` prompt
         tokens are computed."""
+        return self.step_seconds_holding(batch, batch * mean_context, chunk)
+
+    def step_seconds_holding(self, batch: int, context_tokens: float, chunk: int = 0) -> float:
+        """One step: `batch` sequences holding `context_tokens` of context between them each decode one
+        token, `chunk` prompt tokens are computed. The one step-time formula: the planner, the policy and
+        the simulator all time a step here (tests/catalog/test_one_step_time.py)."""
         return (
             self.weight_read_seconds
-            + self.seconds_per_context_token * batch * mean_context
+            + self.seconds_per_decode_sequence * batch
+            + self.seconds_per_context_token * context_tokens
             + self.seconds_per_prefill_token * chunk
             + self.seconds_per_step_token * (batch + chunk)
         )
+
+    def decode_run_seconds(self, steps: int, batch: int, context_tokens: int) -> float:
+        """`steps` decode steps in a row of `batch` sequences holding `context_tokens` at the first: each
+        step is `step_seconds_holding(batch, context, 0)`, the context growing by `batch` a step."""
+        per_step = self.step_seconds_holding(batch, 0.0)
+        return steps * per_step + self.seconds_per_context_token * (
+            steps * context_tokens + batch * steps * (steps - 1) / 2
+        )
+
+    def decode_steps_within(self, seconds: float, batch: int, context_tokens: int) -> int:
+        """The fewest whole decode steps in a row (as `decode_run_seconds`) that take at least `seconds`."""
+        quadratic = self.seconds_per_context_token * batch / 2
+        linear = self.step_seconds_holding(batch, context_tokens) - quadratic
+        if quadratic > 0:
+            root = (-linear + math.sqrt(linear * linear + 4 * quadratic * seconds)) / (2 * quadratic)
+        else:
+            root = seconds / linear
+        steps = max(1, math.ceil(root - 1e-9))
+        while self.decode_run_seconds(steps, batch, context_tokens) < seconds:
+            steps += 1
+        return steps
+
+    def prefill_seconds(self, prompt_tokens: int, chunks: int) -> float:
+        """A prompt computed alone in `chunks` steps: each reads the weights once."""
+        return (chunks - 1) * self.weight_read_seconds + self.step_seconds_holding(0, 0.0, prompt_tokens)
 
     def max_batch(self, step_seconds: float, mean_context: float) -> int:
         """The most sequences of `mean_context` tokens a decode step serves within `step_seconds`;
         0 when even one sequence takes longer."""
         spare = step_seconds - self.weight_read_seconds
-        per_sequence = self.seconds_per_context_token * max(mean_context, 1.0) + self.seconds_per_step_token
+        per_sequence = (
+            self.seconds_per_context_token * max(mean_context, 1.0)
+            + self.seconds_per_step_token
+            + self.seconds_per_decode_sequence
+        )
         if spare < per_sequence:
             return 0
         return math.floor(spare / per_sequence)
@@ -84,7 +125,7 @@ class StepModel:
 
     def prefill_tokens_per_second(self, chunk: int) -> float:
         """Prefill throughput with full chunks of `chunk` tokens (each step also reads the weights)."""
-        return chunk / (self.weight_read_seconds + chunk * self.seconds_per_chunk_token)
+        return chunk / self.step_seconds_holding(0, 0.0, chunk)
 
     def tpot_batch(self, tpot_seconds: float, chunk: int, mean_context: float) -> int:
         """The most sequences of `mean_context` tokens that decode within `tpot_seconds` per token even in
@@ -209,4 +250,15 @@ def calibrated_step_model(hardware: Hardware, fitted: Factors, *, eager: bool = 
         bandwidth_efficiency=fitted.bandwidth_efficiency,
         compute_efficiency=fitted.compute_efficiency,
         step_overhead_seconds=fitted.step_overhead_seconds,
+    )
+
+
+def planned_step_model(plan: Plan) -> StepModel:
+    """The step model a plan carries (status.plan's four step figures): what the simulator runs, as the
+    reconciler seeds the policy's (reconcile/autoscaling.py)."""
+    return StepModel(
+        weight_read_seconds=plan.decode_step_seconds,
+        seconds_per_context_token=plan.decode_seconds_per_context_token,
+        seconds_per_prefill_token=plan.prefill_seconds_per_token,
+        seconds_per_step_token=plan.seconds_per_step_token,
     )

@@ -229,6 +229,7 @@ def render_plan(
         decode_step_seconds=round(sized.steps.weight_read_seconds, 6),
         decode_seconds_per_context_token=float(f"{sized.steps.seconds_per_context_token:.4g}"),
         prefill_seconds_per_token=float(f"{sized.steps.seconds_per_prefill_token:.4g}"),
+        seconds_per_step_token=float(f"{sized.steps.seconds_per_step_token:.4g}"),
         max_loras=lora.max_loras if lora is not None else 0,
         max_lora_rank=lora.max_lora_rank if lora is not None else 0,
         max_cpu_loras=lora.max_cpu_loras if lora is not None else 0,

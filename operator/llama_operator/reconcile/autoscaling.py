@@ -70,6 +70,7 @@ def autoscaler_state(
         "decode_step_seconds": plan.decode_step_seconds or None,
         "decode_seconds_per_context_token": plan.decode_seconds_per_context_token or None,
         "prefill_seconds_per_token": plan.prefill_seconds_per_token or None,
+        "seconds_per_step_token": plan.seconds_per_step_token or None,
         # vLLM's step budget counts the batch's decode tokens: beside a full batch, the chunk is the rest.
         "chunk_tokens": max(budget - seqs, 1) if budget else None,
         "max_num_seqs": seqs or None,

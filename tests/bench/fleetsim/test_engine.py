@@ -122,7 +122,7 @@ def test_token_counters_advance_during_a_long_decode() -> None:
     engine.advance(0.0011)
     engine.set_load(KEY, LoadSpec(), 0.0011)
     assert service(engine, 0.0011)["offered"] == 1
-    step = SLICE_PROFILE.step_base_seconds  # one sequence: the context term is negligible
+    step = SLICE_PROFILE.steps.weight_read_seconds  # one sequence: the context term is negligible
     seen = []
     for t in (1.0, 2.0, 3.0, 4.0, 5.0):
         engine.advance(t)

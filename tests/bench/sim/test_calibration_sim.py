@@ -19,7 +19,6 @@ from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
     STEP_OVERHEAD_SECONDS,
     Hardware,
-    StepModel,
     calibrated_step_model,
 )
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
@@ -91,9 +90,7 @@ def test_the_share_of_tokens_from_chunk_carrying_steps_is_the_simulated_engines(
     result = simulate(trace, FixedReplicas(1), replace(runner.config, profile=profile))
     counts = result.snapshots[-1].itl_bucket_counts
     over = sum(counts[VLLM_ITL_BUCKETS.index(0.05) + 1 :]) / sum(counts)
-    steps = StepModel(
-        profile.step_base_seconds, profile.seconds_per_context_token, profile.seconds_per_prefill_token
-    )
+    steps = profile.steps
     assert steps.step_seconds(1, 1425, 239) > 0.05 > steps.step_seconds(8, 1425)
     prompt_rate = sum(r.prompt_tokens for r in trace.requests) / trace.duration
     assert steps.chunk_step_token_share(2, 1300 + 250 / 2, 240, prompt_rate) == pytest.approx(over, rel=0.15)

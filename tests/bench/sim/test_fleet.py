@@ -35,7 +35,7 @@ def test_every_request_completes_once_and_in_order(small_trace: Trace) -> None:
 def test_ttft_is_at_least_the_prefill_time(small_trace: Trace) -> None:
     result = run(small_trace, 3)
     for request in result.requests:
-        prefill = request.prompt_tokens * T4.seconds_per_prefill_token + T4.step_base_seconds
+        prefill = request.prompt_tokens * T4.steps.seconds_per_prefill_token + T4.steps.weight_read_seconds
         assert request.first_token_time - request.arrival >= prefill - 1e-9
 
 
@@ -44,8 +44,8 @@ def test_decode_time_follows_the_step_model() -> None:
     request = run(lone, 1).requests[0]
     decode = request.finish_time - request.first_token_time
     # 100 decode steps at batch 1: each >= the weights' read time.
-    assert decode >= 100 * T4.step_base_seconds
-    assert decode <= 100 * (T4.step_base_seconds + 300 * T4.seconds_per_context_token)
+    assert decode >= 100 * T4.steps.weight_read_seconds
+    assert decode <= 100 * (T4.steps.weight_read_seconds + 300 * T4.steps.seconds_per_context_token)
 
 
 def test_more_replicas_never_worse_on_a_fixed_load() -> None:
@@ -127,7 +127,7 @@ def test_flaps_are_ups_followed_by_downs_within_five_minutes() -> None:
 @pytest.mark.parametrize("accelerator", sorted(ACCELERATORS))
 def test_every_accelerator_has_a_plausible_profile(accelerator: str) -> None:
     profile = replica_profile(accelerator)
-    assert 0.003 < profile.step_base_seconds < 0.03  # batch-1 decode step, ms range of the brief
+    assert 0.003 < profile.steps.weight_read_seconds < 0.03  # batch-1 decode step, ms range of the brief
     assert 5_000 < profile.prefill_tokens_per_second < 500_000
     assert profile.kv_capacity_tokens > 10_000
     assert math.isfinite(profile.price_per_hour)

@@ -50,7 +50,7 @@ def test_a_cached_prefix_skips_its_prefill() -> None:
     cached_ttft = cached.first_token_time - cached.arrival
     assert cached_ttft < cold_ttft / 3
     # The prefill saved is what the step model says of the skipped tokens.
-    assert cold_ttft - cached_ttft == pytest.approx(2047 * T4.seconds_per_prefill_token, rel=0.2)
+    assert cold_ttft - cached_ttft == pytest.approx(2047 * T4.steps.seconds_per_prefill_token, rel=0.2)
 
 
 def test_a_shared_system_prompt_hits_only_its_own_blocks() -> None:
