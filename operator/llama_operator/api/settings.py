@@ -40,6 +40,11 @@ NO_CREDENTIAL_HEADERS: dict[str, Any] = {
 }
 
 
+# The platforms whose own labels select a GPU node (catalog/platforms.py), and `auto`: read from the nodes.
+PlatformName = Literal["auto", "gfd", "gke", "eks-karpenter", "aks", "custom"]
+CloudPlatformName = Literal["gke", "eks-karpenter", "aks", "custom"]
+
+
 class MigProfileSettings(BaseModel):
     """One MIG profile of a platform-defined GPU (NVIDIA's MIG user guide for that GPU)."""
 
@@ -99,6 +104,14 @@ class AcceleratorSettings(BaseModel):
     ] = None
     mig_profiles: Annotated[
         list[MigProfileSettings] | None, Field(description="Its MIG profiles (none: no MIG).")
+    ] = None
+    node_labels: Annotated[
+        dict[CloudPlatformName, dict[Annotated[str, Field(min_length=1, max_length=316)], str]] | None,
+        Field(
+            description="Labels a node with this GPU carries on each platform, which vLLM pods select when "
+            "config.platform is that platform, e.g. {gke: {cloud.google.com/gke-accelerator: nvidia-h20}, "
+            "custom: {pool: h20}}; they replace the built-in ones for the platforms given."
+        ),
     ] = None
 
     @model_validator(mode="after")
@@ -171,6 +184,16 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
+    platform: Annotated[
+        PlatformName,
+        Field(
+            description="Whose node labels vLLM pods select their GPU by: gfd (nvidia.com/gpu.product, "
+            "written by the GPU Operator once a node runs), gke (cloud.google.com/gke-accelerator), "
+            "eks-karpenter (karpenter.k8s.aws/instance-gpu-name), aks (kubernetes.azure.com/accelerator and "
+            "the VM size), custom (config.accelerators' nodeLabels.custom), or auto: the cloud labels the "
+            "nodes carry, else gfd. A node provisioner creates nodes only for labels it knows before launch."
+        ),
+    ] = "auto"
     mig_strategy: Annotated[
         Literal["mixed", "single"],
         Field(

@@ -35,10 +35,17 @@ Sources:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llama_operator.api.settings import AcceleratorSettings
 from llama_operator.api.spec import MIG_PROFILES_BY_TYPE, AcceleratorType
+from llama_operator.catalog.platforms import (
+    BUILTIN_NODE_LABELS,
+    GKE_PARTITION_SIZE_LABEL,
+    NodeLabels,
+    Platform,
+    platform_of_node,
+)
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -137,6 +144,9 @@ class Accelerator:
     mig_profiles: tuple[MigProfile, ...] = ()
     # Between the GPUs of one node; a platform-defined accelerator is assumed on PCIe Gen4.
     interconnect: Interconnect = PCIE_GEN4
+    # The labels each cloud platform gives a node with this GPU (catalog/platforms.py); GFD's are
+    # product_labels. A platform missing here does not offer this GPU.
+    node_labels: Mapping[Platform, NodeLabels] = field(default_factory=dict)
 
     @property
     def is_gpu(self) -> bool:
@@ -245,155 +255,155 @@ _B200_MIG = _scaled_mig(
 )
 _H100_SXM_PRICE = 98.32 / 8
 
+_ENTRIES: tuple[Accelerator, ...] = (
+    Accelerator(
+        type=AcceleratorType.T4,
+        display_name="NVIDIA T4 16GB",
+        memory_bytes=15360 * MIB,
+        bandwidth_bytes_per_s=320 * GB,
+        fp16_dense_tflops=65.0,
+        compute_capability=ComputeCapability(7, 5),
+        price_per_hour=0.526,
+        product_labels=("Tesla-T4", "NVIDIA-Tesla-T4", "NVIDIA-T4"),
+        interconnect=PCIE_GEN3,
+    ),
+    Accelerator(
+        type=AcceleratorType.A10,
+        display_name="NVIDIA A10 24GB",
+        memory_bytes=23028 * MIB,
+        bandwidth_bytes_per_s=600 * GB,
+        fp16_dense_tflops=125.0,
+        compute_capability=ComputeCapability(8, 6),
+        price_per_hour=1.006,  # as its AWS variant, the A10G (g5.xlarge)
+        product_labels=("NVIDIA-A10",),
+    ),
+    Accelerator(
+        type=AcceleratorType.A10G,
+        display_name="NVIDIA A10G 24GB",
+        memory_bytes=23028 * MIB,
+        bandwidth_bytes_per_s=600 * GB,
+        fp16_dense_tflops=70.0,
+        compute_capability=ComputeCapability(8, 6),
+        price_per_hour=1.006,
+        product_labels=("NVIDIA-A10G",),
+    ),
+    Accelerator(
+        type=AcceleratorType.L4,
+        display_name="NVIDIA L4 24GB",
+        memory_bytes=23034 * MIB,
+        bandwidth_bytes_per_s=300 * GB,
+        fp16_dense_tflops=121.0,
+        compute_capability=ComputeCapability(8, 9),
+        price_per_hour=0.805,
+        product_labels=("NVIDIA-L4",),
+    ),
+    Accelerator(
+        type=AcceleratorType.L40S,
+        display_name="NVIDIA L40S 48GB",
+        memory_bytes=46068 * MIB,
+        bandwidth_bytes_per_s=864 * GB,
+        fp16_dense_tflops=362.0,
+        compute_capability=ComputeCapability(8, 9),
+        price_per_hour=1.861,
+        product_labels=("NVIDIA-L40S",),
+    ),
+    Accelerator(
+        type=AcceleratorType.A100_40GB,
+        display_name="NVIDIA A100 40GB",
+        memory_bytes=40960 * MIB,
+        bandwidth_bytes_per_s=1555 * GB,
+        fp16_dense_tflops=312.0,
+        compute_capability=ComputeCapability(8, 0),
+        price_per_hour=32.77 / 8,
+        product_labels=(
+            "A100-SXM4-40GB",
+            "NVIDIA-A100-SXM4-40GB",
+            "NVIDIA-A100-PCIE-40GB",
+            "NVIDIA-A100-PCIe-40GB",
+            "A100-PCIE-40GB",
+        ),
+        mig_profiles=_A100_40GB_MIG,
+        interconnect=NVLINK_3,
+    ),
+    Accelerator(
+        type=AcceleratorType.A100_80GB,
+        display_name="NVIDIA A100 80GB",
+        memory_bytes=81920 * MIB,
+        bandwidth_bytes_per_s=2039 * GB,
+        fp16_dense_tflops=312.0,
+        compute_capability=ComputeCapability(8, 0),
+        price_per_hour=40.97 / 8,
+        product_labels=(
+            "A100-SXM4-80GB",
+            "NVIDIA-A100-SXM4-80GB",
+            "NVIDIA-A100-80GB-PCIe",
+            "A100-80GB-PCIe",
+            "NVIDIA-A100-PCIE-80GB",
+        ),
+        mig_profiles=_A100_80GB_MIG,
+        interconnect=NVLINK_3,
+    ),
+    Accelerator(
+        type=AcceleratorType.H100_PCIE,
+        display_name="NVIDIA H100 PCIe 80GB",
+        memory_bytes=81559 * MIB,
+        bandwidth_bytes_per_s=2000 * GB,
+        fp16_dense_tflops=756.0,
+        compute_capability=ComputeCapability(9, 0),
+        price_per_hour=round(_H100_SXM_PRICE * 249 / 329, 3),  # an estimate (see the module's sources)
+        product_labels=("NVIDIA-H100-PCIe", "NVIDIA-H100-80GB-PCIe", "H100-PCIe"),
+        mig_profiles=_H100_80GB_MIG,
+        interconnect=PCIE_GEN5,
+    ),
+    Accelerator(
+        type=AcceleratorType.H100_80GB,
+        display_name="NVIDIA H100 SXM 80GB",
+        memory_bytes=81559 * MIB,
+        bandwidth_bytes_per_s=3350 * GB,
+        fp16_dense_tflops=989.0,
+        compute_capability=ComputeCapability(9, 0),
+        price_per_hour=_H100_SXM_PRICE,
+        product_labels=("NVIDIA-H100-80GB-HBM3", "H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
+        mig_profiles=_H100_80GB_MIG,
+        interconnect=NVLINK_4,
+    ),
+    Accelerator(
+        type=AcceleratorType.H200,
+        display_name="NVIDIA H200 141GB",
+        memory_bytes=143771 * MIB,
+        bandwidth_bytes_per_s=4800 * GB,
+        fp16_dense_tflops=989.0,
+        compute_capability=ComputeCapability(9, 0),
+        price_per_hour=round(_H100_SXM_PRICE * 13 / 10, 3),  # an estimate (see the module's sources)
+        product_labels=("NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"),
+        mig_profiles=_H200_MIG,
+        interconnect=NVLINK_4,
+    ),
+    Accelerator(
+        type=AcceleratorType.B200,
+        display_name="NVIDIA B200 180GB",
+        memory_bytes=183359 * MIB,
+        bandwidth_bytes_per_s=8000 * GB,
+        fp16_dense_tflops=2250.0,
+        compute_capability=ComputeCapability(10, 0),
+        price_per_hour=round(_H100_SXM_PRICE * 2, 3),  # an estimate (see the module's sources)
+        product_labels=("NVIDIA-B200",),
+        mig_profiles=_B200_MIG,
+        interconnect=NVLINK_5,
+    ),
+    Accelerator(
+        type=AcceleratorType.CPU,
+        display_name="CPU (vLLM CPU build)",
+        # A CPU replica's KV space is configured (VLLM_CPU_KVCACHE_SPACE); the planner sizes it.
+        memory_bytes=0,
+        bandwidth_bytes_per_s=100 * GB,
+        fp16_dense_tflops=2.0,
+        compute_capability=None,
+        price_per_hour=0.357,
+    ),
+)
 ACCELERATORS: Mapping[str, Accelerator] = {
-    a.type: a
-    for a in (
-        Accelerator(
-            type=AcceleratorType.T4,
-            display_name="NVIDIA T4 16GB",
-            memory_bytes=15360 * MIB,
-            bandwidth_bytes_per_s=320 * GB,
-            fp16_dense_tflops=65.0,
-            compute_capability=ComputeCapability(7, 5),
-            price_per_hour=0.526,
-            product_labels=("Tesla-T4", "NVIDIA-Tesla-T4", "NVIDIA-T4"),
-            interconnect=PCIE_GEN3,
-        ),
-        Accelerator(
-            type=AcceleratorType.A10,
-            display_name="NVIDIA A10 24GB",
-            memory_bytes=23028 * MIB,
-            bandwidth_bytes_per_s=600 * GB,
-            fp16_dense_tflops=125.0,
-            compute_capability=ComputeCapability(8, 6),
-            price_per_hour=1.006,  # as its AWS variant, the A10G (g5.xlarge)
-            product_labels=("NVIDIA-A10",),
-        ),
-        Accelerator(
-            type=AcceleratorType.A10G,
-            display_name="NVIDIA A10G 24GB",
-            memory_bytes=23028 * MIB,
-            bandwidth_bytes_per_s=600 * GB,
-            fp16_dense_tflops=70.0,
-            compute_capability=ComputeCapability(8, 6),
-            price_per_hour=1.006,
-            product_labels=("NVIDIA-A10G",),
-        ),
-        Accelerator(
-            type=AcceleratorType.L4,
-            display_name="NVIDIA L4 24GB",
-            memory_bytes=23034 * MIB,
-            bandwidth_bytes_per_s=300 * GB,
-            fp16_dense_tflops=121.0,
-            compute_capability=ComputeCapability(8, 9),
-            price_per_hour=0.805,
-            product_labels=("NVIDIA-L4",),
-        ),
-        Accelerator(
-            type=AcceleratorType.L40S,
-            display_name="NVIDIA L40S 48GB",
-            memory_bytes=46068 * MIB,
-            bandwidth_bytes_per_s=864 * GB,
-            fp16_dense_tflops=362.0,
-            compute_capability=ComputeCapability(8, 9),
-            price_per_hour=1.861,
-            product_labels=("NVIDIA-L40S",),
-        ),
-        Accelerator(
-            type=AcceleratorType.A100_40GB,
-            display_name="NVIDIA A100 40GB",
-            memory_bytes=40960 * MIB,
-            bandwidth_bytes_per_s=1555 * GB,
-            fp16_dense_tflops=312.0,
-            compute_capability=ComputeCapability(8, 0),
-            price_per_hour=32.77 / 8,
-            product_labels=(
-                "A100-SXM4-40GB",
-                "NVIDIA-A100-SXM4-40GB",
-                "NVIDIA-A100-PCIE-40GB",
-                "NVIDIA-A100-PCIe-40GB",
-                "A100-PCIE-40GB",
-            ),
-            mig_profiles=_A100_40GB_MIG,
-            interconnect=NVLINK_3,
-        ),
-        Accelerator(
-            type=AcceleratorType.A100_80GB,
-            display_name="NVIDIA A100 80GB",
-            memory_bytes=81920 * MIB,
-            bandwidth_bytes_per_s=2039 * GB,
-            fp16_dense_tflops=312.0,
-            compute_capability=ComputeCapability(8, 0),
-            price_per_hour=40.97 / 8,
-            product_labels=(
-                "A100-SXM4-80GB",
-                "NVIDIA-A100-SXM4-80GB",
-                "NVIDIA-A100-80GB-PCIe",
-                "A100-80GB-PCIe",
-                "NVIDIA-A100-PCIE-80GB",
-            ),
-            mig_profiles=_A100_80GB_MIG,
-            interconnect=NVLINK_3,
-        ),
-        Accelerator(
-            type=AcceleratorType.H100_PCIE,
-            display_name="NVIDIA H100 PCIe 80GB",
-            memory_bytes=81559 * MIB,
-            bandwidth_bytes_per_s=2000 * GB,
-            fp16_dense_tflops=756.0,
-            compute_capability=ComputeCapability(9, 0),
-            price_per_hour=round(_H100_SXM_PRICE * 249 / 329, 3),  # an estimate (see the module's sources)
-            product_labels=("NVIDIA-H100-PCIe", "NVIDIA-H100-80GB-PCIe", "H100-PCIe"),
-            mig_profiles=_H100_80GB_MIG,
-            interconnect=PCIE_GEN5,
-        ),
-        Accelerator(
-            type=AcceleratorType.H100_80GB,
-            display_name="NVIDIA H100 SXM 80GB",
-            memory_bytes=81559 * MIB,
-            bandwidth_bytes_per_s=3350 * GB,
-            fp16_dense_tflops=989.0,
-            compute_capability=ComputeCapability(9, 0),
-            price_per_hour=_H100_SXM_PRICE,
-            product_labels=("NVIDIA-H100-80GB-HBM3", "H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
-            mig_profiles=_H100_80GB_MIG,
-            interconnect=NVLINK_4,
-        ),
-        Accelerator(
-            type=AcceleratorType.H200,
-            display_name="NVIDIA H200 141GB",
-            memory_bytes=143771 * MIB,
-            bandwidth_bytes_per_s=4800 * GB,
-            fp16_dense_tflops=989.0,
-            compute_capability=ComputeCapability(9, 0),
-            price_per_hour=round(_H100_SXM_PRICE * 13 / 10, 3),  # an estimate (see the module's sources)
-            product_labels=("NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"),
-            mig_profiles=_H200_MIG,
-            interconnect=NVLINK_4,
-        ),
-        Accelerator(
-            type=AcceleratorType.B200,
-            display_name="NVIDIA B200 180GB",
-            memory_bytes=183359 * MIB,
-            bandwidth_bytes_per_s=8000 * GB,
-            fp16_dense_tflops=2250.0,
-            compute_capability=ComputeCapability(10, 0),
-            price_per_hour=round(_H100_SXM_PRICE * 2, 3),  # an estimate (see the module's sources)
-            product_labels=("NVIDIA-B200",),
-            mig_profiles=_B200_MIG,
-            interconnect=NVLINK_5,
-        ),
-        Accelerator(
-            type=AcceleratorType.CPU,
-            display_name="CPU (vLLM CPU build)",
-            # A CPU replica's KV space is configured (VLLM_CPU_KVCACHE_SPACE); the planner sizes it.
-            memory_bytes=0,
-            bandwidth_bytes_per_s=100 * GB,
-            fp16_dense_tflops=2.0,
-            compute_capability=None,
-            price_per_hour=0.357,
-        ),
-    )
+    a.type: replace(a, node_labels=BUILTIN_NODE_LABELS.get(a.type, {})) for a in _ENTRIES
 }
 
 GPU_TYPES: tuple[str, ...] = tuple(t for t, a in ACCELERATORS.items() if a.is_gpu)
@@ -458,6 +468,22 @@ class Catalog:
         if profile is not None and profile not in {p.name for p in found.mig_profiles}:
             return None
         return found, profile
+
+    def for_platform_labels(self, node_labels: Mapping[str, str]) -> tuple[Accelerator, str | None] | None:
+        """Map a node without GFD's product label to (accelerator, MIG profile or None) by the labels its
+        cloud platform gave it (a GKE partitioned node names its profile), or None when none matches."""
+        platform = platform_of_node(node_labels)
+        if platform is None:
+            return None
+        for accel in self.accelerators.values():
+            labels = accel.node_labels.get(platform)
+            if labels is None or not labels.matches(node_labels):
+                continue
+            profile = node_labels.get(GKE_PARTITION_SIZE_LABEL) if platform is Platform.GKE else None
+            if profile is not None and profile not in {p.name for p in accel.mig_profiles}:
+                return None
+            return accel, profile
+        return None
 
     def with_accelerators(self, changed: Iterable[Accelerator]) -> Catalog:
         """This catalog with accelerators added or replaced (by type). A changed one's product labels
@@ -527,6 +553,9 @@ def configured_accelerator(name: str, given: AcceleratorSettings, base: Accelera
         if given.mig_profiles is not None
         else None
     )
+    node_labels = dict(base.node_labels) if base is not None else {}
+    for platform, labels in (given.node_labels or {}).items():
+        node_labels[Platform(platform)] = NodeLabels(labels=dict(labels))
     if base is None:
         assert memory is not None and bandwidth is not None and given.fp16_tflops is not None
         assert (
@@ -542,6 +571,7 @@ def configured_accelerator(name: str, given: AcceleratorSettings, base: Accelera
             price_per_hour=given.price_per_hour,
             product_labels=tuple(given.product_labels),
             mig_profiles=profiles or (),
+            node_labels=node_labels,
         )
     return Accelerator(
         type=base.type,
@@ -556,6 +586,7 @@ def configured_accelerator(name: str, given: AcceleratorSettings, base: Accelera
         else base.product_labels,
         mig_profiles=profiles if profiles is not None else base.mig_profiles,
         interconnect=base.interconnect,
+        node_labels=node_labels,
     )
 
 

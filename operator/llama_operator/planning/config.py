@@ -12,6 +12,7 @@ from llama_operator.catalog.accelerators import (
     Catalog,
     MigProfile,
 )
+from llama_operator.catalog.platforms import AUTO_PLATFORM
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH
 from llama_operator.catalog.vllm_flags import flag_contract
 
@@ -59,6 +60,8 @@ class PlanningConfig:
     max_gpus_per_replica: int = 8
     # The accelerators to choose from: the built-in ones with the platform's config.accelerators.
     catalog: Catalog = BUILTIN_CATALOG
+    # Whose node labels GPU pods select (config.platform; auto: the nodes' cloud, else GFD's).
+    platform: str = AUTO_PLATFORM
 
     def price(self, accel: Accelerator, mig: MigProfile | None) -> float:
         """Relative price per hour of one device: a GPU, a MIG slice or a CPU replica."""

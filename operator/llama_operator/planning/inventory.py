@@ -4,7 +4,8 @@ Nodes come from the API server or from YAML files (offline planning); either way
 v1 Node manifests labelled by the NVIDIA GPU Operator (GPU Feature Discovery, MIG manager):
 `nvidia.com/gpu.product`, `nvidia.com/gpu.memory` (MiB), `nvidia.com/mig.strategy`,
 `nvidia.com/mig.config.state`, `nvidia.com/mig-<profile>.memory`, and allocatable
-`nvidia.com/gpu` / `nvidia.com/mig-<profile>`.
+`nvidia.com/gpu` / `nvidia.com/mig-<profile>`; or, without the GPU Operator, by their cloud
+(GKE, EKS with Karpenter, AKS: catalog/platforms.py), whose labels name the GPU model too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from llama_operator.api.spec import AcceleratorType
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Accelerator, Catalog, mig_resource_name
+from llama_operator.catalog.platforms import Platform, platform_of_node
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -62,6 +64,9 @@ class Inventory:
     # GPU nodes whose product label matches no accelerator of the catalog: product -> nodes. Reported
     # (an Event on services that wanted auto, a metric), never skipped in silence.
     unknown_gpus: tuple[tuple[str, int], ...] = ()
+    # The cloud platform whose GPU labels most of the nodes carry (None: GFD's alone, or no GPU node):
+    # config.platform auto selects GPUs by its labels.
+    cloud_platform: Platform | None = None
 
     def gpu_offers(self, accelerator: str, *, min_count: int = 1) -> tuple[Offer, ...]:
         """Nodes with at least `min_count` whole GPUs of a type allocatable."""
@@ -205,7 +210,21 @@ def _node_offers(
         return [], f"{MIG_CONFIG_STATE_LABEL}={mig_state} (MIG reconfiguration not done)"
     product = labels.get(PRODUCT_LABEL)
     if product is None:
-        return _cpu_node_offers(name, allocatable)
+        by_cloud = catalog.for_platform_labels(labels)
+        if by_cloud is None:
+            return _cpu_node_offers(name, allocatable)
+        found, profile = by_cloud
+        # The cloud partitions a GPU when it creates the node (GKE): no MIG manager state to wait for.
+        offers = _gpu_offers(
+            name,
+            found.canonical_product,
+            found=found,
+            single_profile=profile,
+            allocatable=allocatable,
+            labels=labels,
+            mig_ready=True,
+        )
+        return (offers, None) if offers else ([], f"{found.type} with nothing allocatable")
     matched = catalog.for_product(product)
     if matched is None:
         return [], f"{PRODUCT_LABEL}={product} {UNKNOWN_PRODUCT} (add it under config.accelerators)"
@@ -239,10 +258,13 @@ def inventory_from_nodes(
     offers: list[Offer] = []
     skipped: list[SkippedNode] = []
     unknown: dict[str, int] = {}
+    platforms: dict[Platform, int] = {}
     for node in nodes:
         if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
             continue
         labels = (node.get("metadata") or {}).get("labels") or {}
+        if (platform := platform_of_node(labels)) is not None:
+            platforms[platform] = platforms.get(platform, 0) + 1
         outside = sorted(k for k, v in (node_selector or {}).items() if labels.get(k) != v)
         if outside:
             name = str((node.get("metadata") or {}).get("name", "<unnamed>"))
@@ -260,5 +282,8 @@ def inventory_from_nodes(
                 unknown[product] = unknown.get(product, 0) + 1
     offers.sort(key=lambda o: (o.node, o.resource))
     return Inventory(
-        offers=tuple(offers), skipped=tuple(skipped), unknown_gpus=tuple(sorted(unknown.items()))
+        offers=tuple(offers),
+        skipped=tuple(skipped),
+        unknown_gpus=tuple(sorted(unknown.items())),
+        cloud_platform=min(platforms, key=lambda p: (-platforms[p], p)) if platforms else None,
     )

@@ -4,25 +4,26 @@ selectors and tolerations that keep its pods there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llama_operator.api.plan import NodeSelectorRequirement, NodeSelectorTerm, Toleration
 from llama_operator.catalog.accelerators import (
     mig_resource_name,
     mig_slice_product,
 )
+from llama_operator.catalog.platforms import Platform
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.inventory import (
     GPU_RESOURCE,
     MIG_CONFIG_STATE_LABEL,
     MIG_STATE_SUCCESS,
     MIXED,
-    PRODUCT_LABEL,
     SINGLE,
     Inventory,
     Offer,
 )
 from llama_operator.planning.model import Candidate
+from llama_operator.planning.node_selection import gpu_node_selection, resolve_platform
 
 GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
 # States of the MIG manager in which a pod must not land (it could grab a whole GPU).
@@ -38,6 +39,8 @@ class Placement:
     mig_strategy: str | None
     product: str
     notes: tuple[str, ...]
+    # Whose node labels its pods select (config.platform, or the nodes' cloud for auto).
+    platform: Platform = Platform.GFD
 
 
 def _pick_product(offers: tuple[Offer, ...], *, use_parent: bool) -> str:
@@ -67,6 +70,13 @@ def place_candidate(
 ) -> Placement:
     """Where the candidate runs. `mig_strategy`: the one the spec asks for (accelerator.migStrategy), kept
     even when only nodes of the other strategy offer the slice; else the nodes', else the operator's."""
+    placed = _place(candidate, config, inventory, mig_strategy)
+    return replace(placed, platform=resolve_platform(config.platform, inventory))
+
+
+def _place(
+    candidate: Candidate, config: PlanningConfig, inventory: Inventory | None, mig_strategy: str | None
+) -> Placement:
     accel = candidate.accelerator
     notes: list[str] = []
     if not accel.is_gpu:
@@ -134,20 +144,24 @@ def scheduling_of(candidate: Candidate, placement: Placement) -> Scheduling:
     accel = candidate.accelerator
     if not accel.is_gpu:
         return Scheduling(node_selector={"kubernetes.io/arch": "amd64"})  # the CPU image is x86_64
-    where = Scheduling(node_selector={PRODUCT_LABEL: placement.product}, tolerations=[GPU_TOLERATION])
-    if candidate.mig is not None and placement.mig_strategy == MIXED:
+    selection = gpu_node_selection(accel, candidate.mig, placement.platform, placement.product)
+    where = Scheduling(node_selector=selection.node_selector, tolerations=[GPU_TOLERATION])
+    requirements = list(selection.requirements)
+    if candidate.mig is not None and placement.mig_strategy == MIXED and not selection.slices_as_gpus:
         where.resources[mig_resource_name(candidate.mig.name)] = "1"
     else:
         where.resources[GPU_RESOURCE] = str(candidate.count)
-    if candidate.mig is not None:  # a slice: only on a node whose MIG configuration has been applied
-        requirement = NodeSelectorRequirement(
-            key=MIG_CONFIG_STATE_LABEL, operator="In", values=[MIG_STATE_SUCCESS]
-        )
+    if candidate.mig is not None:
+        if selection.mig_manager:  # a slice: only on a node whose MIG configuration has been applied
+            requirements.append(
+                NodeSelectorRequirement(key=MIG_CONFIG_STATE_LABEL, operator="In", values=[MIG_STATE_SUCCESS])
+            )
     elif accel.mig_profiles:  # a whole MIG-capable GPU: not on a node being repartitioned
-        requirement = NodeSelectorRequirement(
-            key=MIG_CONFIG_STATE_LABEL, operator="NotIn", values=list(MIG_NOT_READY_STATES)
+        requirements.append(
+            NodeSelectorRequirement(
+                key=MIG_CONFIG_STATE_LABEL, operator="NotIn", values=list(MIG_NOT_READY_STATES)
+            )
         )
-    else:
-        return where
-    where.node_affinity.append(NodeSelectorTerm(match_expressions=[requirement]))
+    if requirements:
+        where.node_affinity.append(NodeSelectorTerm(match_expressions=requirements))
     return where

@@ -43,6 +43,7 @@ def planning_config(settings: Settings) -> PlanningConfig:
         "allowed_code_loading_flags": tuple(settings.allowed_code_loading_flags),
         "allow_trust_remote_code": settings.allow_trust_remote_code,
         "catalog": catalog_from_settings(settings.accelerators),
+        "platform": settings.platform,
     }
     if settings.gpu_image:
         kwargs["gpu_image"] = settings.gpu_image
