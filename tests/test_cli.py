@@ -125,6 +125,26 @@ VALID = (
 )
 
 
+def test_plan_with_no_gpu_node_and_a_nodepool_that_creates_l4s_plans_an_l4(repo: Path) -> None:
+    done = cli(
+        "plan",
+        "-f",
+        "examples/auto.yaml",
+        "--nodes",
+        "e2e/nodes/cpu-1.yaml",
+        "--nodes",
+        "e2e/karpenter/eks-gpu-l4-nodepool.yaml",
+        "-o",
+        "yaml",
+        cwd=repo,
+    )
+    assert done.returncode == 0, done.stderr
+    plan = yaml.safe_load(done.stdout)
+    assert plan["accelerator"] == "l4"
+    assert plan["nodeSelector"]["karpenter.k8s.aws/instance-gpu-name"] == "l4"
+    assert any("a new node will be provisioned by Karpenter NodePool gpu-l4" in n for n in plan["notes"])
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """`llama-operator ARGS` in this process: (exit status, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from importlib import metadata as package_metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import yaml
 
@@ -22,10 +22,11 @@ import llama_operator
 from llama_operator.activator.commands import register_activator_command
 from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
-from llama_operator.api.settings import Settings
+from llama_operator.api.settings import PlatformName, Settings
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
+from llama_operator.planning.provisioning import is_nodepool
 from llama_operator.reconcile.outcome import plan_llamaservice, planning_config
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
@@ -290,14 +291,20 @@ def _load_inventory(paths: Sequence[str] | None, settings: Settings) -> Inventor
             if document.get("kind") == "Node":
                 _check_node(where, document)
                 nodes.append(document)
+            elif is_nodepool(document):  # GPUs a Karpenter NodePool can create count as available
+                nodes.append(document)
     # The nodes as the operator reads them: its catalog (config.accelerators) and config.podNodeSelector.
-    return inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
+    return inventory_from_nodes(
+        nodes, planning_config(settings).catalog, settings.pod_node_selector, settings.platform
+    )
 
 
 def _offline_settings(args: argparse.Namespace) -> Settings:
     """The operator's configuration for plan/render: --config's file (the operator's, or a chart values
     file's `config:`), with --mig-strategy over it; neither given, the defaults."""
     overrides = {"mig_strategy": args.mig_strategy} if args.mig_strategy else {}
+    if args.platform:
+        overrides["platform"] = args.platform
     if not args.config:
         return Settings(**overrides)
     from llama_operator.infra.config import ConfigError, load_settings_file  # noqa: PLC0415
@@ -531,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
             action="append",
             metavar="FILE|DIR|-",
             help="node inventory: Node manifests (a file, a directory of them, or a kind: List as "
-            "`kubectl get nodes -o yaml` prints), repeatable",
+            "`kubectl get nodes -o yaml` prints), and Karpenter NodePools (the GPUs they can create), repeatable",
         )
         p.add_argument(
             "--config",
@@ -543,6 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--mig-strategy",
             choices=["mixed", "single"],
             help="as the GPU Operator is configured (default: the config's migStrategy, else mixed)",
+        )
+        p.add_argument(
+            "--platform",
+            choices=get_args(PlatformName),
+            help="whose node labels GPU pods select (default: the config's platform, else auto: the nodes' cloud)",
         )
         # Also accepted after the command; SUPPRESS keeps the global flag's value when not given here.
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -16,7 +16,8 @@ from typing import Any
 
 from llama_operator.api.spec import AcceleratorType
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Accelerator, Catalog, mig_resource_name
-from llama_operator.catalog.platforms import Platform, platform_of_node
+from llama_operator.catalog.platforms import AUTO_PLATFORM, PLATFORM_MARKERS, Platform, platform_of_node
+from llama_operator.planning.provisioning import is_nodepool, read_nodepools
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -41,6 +42,8 @@ class Offer:
     resource: str  # the extended resource a pod requests ('cpu' for CPU nodes)
     allocatable: int
     memory_bytes: int | None  # per device (GPU or slice) from the node's labels, when labelled
+    # A node that does not exist yet but a provisioner can create (Karpenter NodePool ...), or None.
+    provisioner: str | None = None
 
     @property
     def parent_product(self) -> str:
@@ -247,24 +250,43 @@ def _node_offers(
     return [], f"{product} with nothing allocatable"
 
 
+def _nodepool_platform(nodepools: Iterable[Mapping[str, Any]]) -> Platform | None:
+    """The cloud whose GPU labels the NodePools' templates name (with no GPU node yet to read it from)."""
+    for pool in nodepools:
+        spec = (pool.get("spec") or {}).get("template") or {}
+        keys = {str(r.get("key")) for r in (spec.get("spec") or {}).get("requirements") or []}
+        keys |= set((spec.get("metadata") or {}).get("labels") or {})
+        for marker, platform in PLATFORM_MARKERS:
+            if marker in keys:
+                return platform
+    return None
+
+
 def inventory_from_nodes(
     nodes: Iterable[Mapping[str, Any]],
     catalog: Catalog = BUILTIN_CATALOG,
     node_selector: Mapping[str, str] | None = None,
+    platform: str = AUTO_PLATFORM,
 ) -> Inventory:
     """Build the inventory from v1 Node objects as plain dicts (API server JSON or YAML manifests),
     matching their GPUs against `catalog` (the built-in one with the platform's config.accelerators).
-    `node_selector`: the platform's config.podNodeSelector; nodes outside it cannot take a vLLM pod."""
+    `node_selector`: the platform's config.podNodeSelector; nodes outside it cannot take a vLLM pod.
+    Karpenter NodePools among the objects add the GPUs they can create (planning/provisioning.py), judged
+    by the labels of `platform` (config.platform; auto: the nodes' or the NodePools' cloud, else GFD's)."""
     offers: list[Offer] = []
     skipped: list[SkippedNode] = []
     unknown: dict[str, int] = {}
     platforms: dict[Platform, int] = {}
+    nodepools: list[Mapping[str, Any]] = []
     for node in nodes:
+        if isinstance(node, Mapping) and is_nodepool(node):
+            nodepools.append(node)
+            continue
         if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
             continue
         labels = (node.get("metadata") or {}).get("labels") or {}
-        if (platform := platform_of_node(labels)) is not None:
-            platforms[platform] = platforms.get(platform, 0) + 1
+        if (node_platform := platform_of_node(labels)) is not None:
+            platforms[node_platform] = platforms.get(node_platform, 0) + 1
         outside = sorted(k for k, v in (node_selector or {}).items() if labels.get(k) != v)
         if outside:
             name = str((node.get("metadata") or {}).get("name", "<unnamed>"))
@@ -281,9 +303,28 @@ def inventory_from_nodes(
                 product = str(((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL, ""))
                 unknown[product] = unknown.get(product, 0) + 1
     offers.sort(key=lambda o: (o.node, o.resource))
+    cloud = min(platforms, key=lambda p: (-platforms[p], p)) if platforms else _nodepool_platform(nodepools)
+    if nodepools:
+        judged_by = Platform(platform) if platform != AUTO_PLATFORM else (cloud or Platform.GFD)
+        reading = read_nodepools(nodepools, catalog, judged_by)
+        skipped += [SkippedNode(node=f"NodePool {name}", reason=why) for name, why in reading.skipped]
+        offers += [
+            Offer(
+                node=f"a new node of NodePool {p.nodepool}",
+                accelerator=p.accelerator,
+                product=catalog.get(p.accelerator).canonical_product,
+                mig_profile=None,
+                mig_strategy=None,
+                resource=GPU_RESOURCE,
+                allocatable=p.gpus_per_node,
+                memory_bytes=None,
+                provisioner=p.describe,
+            )
+            for p in reading.offers
+        ]
     return Inventory(
         offers=tuple(offers),
         skipped=tuple(skipped),
         unknown_gpus=tuple(sorted(unknown.items())),
-        cloud_platform=min(platforms, key=lambda p: (-platforms[p], p)) if platforms else None,
+        cloud_platform=cloud,
     )

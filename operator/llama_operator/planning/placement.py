@@ -108,6 +108,11 @@ def _place(
         return Placement(candidate=candidate, mig_strategy=strategy, product=product, notes=tuple(notes))
 
     offers = inventory.gpu_offers(accel.type, min_count=candidate.count) if inventory is not None else ()
+    if offers and all(o.provisioner is not None for o in offers):
+        notes.append(
+            f"no node has {candidate.count} {accel.type} GPU(s) now: a new node will be provisioned by "
+            + "; or ".join(str(o.provisioner) for o in offers)
+        )
     if offers:
         product = _pick_product(offers, use_parent=False)
         candidate = _with_label_memory(candidate, tuple(o for o in offers if o.product == product))

@@ -1,0 +1,175 @@
+"""GPU capacity a node provisioner can create: Karpenter NodePools (`karpenter.sh/v1`), read as plain dicts.
+
+A NodePool offers a GPU when the nodes it may launch carry the labels a vLLM pod selects that GPU by on the
+cluster's platform (catalog/platforms.py): its template's labels and requirements (`spec.template.metadata.
+labels`, `spec.template.spec.requirements`: In, NotIn, Exists, DoesNotExist, Gt, Lt) admit every one of
+them and pin at least one (a NodePool that says nothing of GPUs is not taken to launch them: instance
+categories and families outside the labels are not modelled). Its `spec.limits` of `nvidia.com/gpu`, less
+what its nodes hold already (`status.resources`), bounds how many GPUs it can still add; `spec.weight`
+orders NodePools as Karpenter does (the highest first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llama_operator.catalog.accelerators import Accelerator, Catalog
+from llama_operator.catalog.platforms import EKS_GPU_COUNT_LABEL, NodeLabels, Platform
+
+KARPENTER_API_VERSION = "karpenter.sh/v1"
+NODEPOOL_KIND = "NodePool"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Without a bound on GPUs per instance (karpenter.k8s.aws/instance-gpu-count), the largest GPU instances of
+# each model carry 8 (AWS's g4dn.metal, g5/g6/g6e.48xlarge, p4d, p5; GKE's a2/a3 -8g; Azure's ND96).
+MAX_GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class ProvisionableGpu:
+    """A GPU model a NodePool can launch nodes with: up to `gpus_per_node` on one node, and at most
+    `remaining_gpus` more in all (None: no GPU limit)."""
+
+    nodepool: str
+    weight: int
+    accelerator: str
+    gpus_per_node: int
+    remaining_gpus: int | None
+
+    @property
+    def describe(self) -> str:
+        limit = "" if self.remaining_gpus is None else f", {self.remaining_gpus} GPU(s) left under its limit"
+        return f"Karpenter NodePool {self.nodepool} (weight {self.weight}{limit})"
+
+
+@dataclass(frozen=True)
+class NodePoolReading:
+    offers: tuple[ProvisionableGpu, ...]
+    skipped: tuple[tuple[str, str], ...]  # (NodePool, why it offers no GPU)
+
+
+def is_nodepool(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == NODEPOOL_KIND and str(obj.get("apiVersion", "")).startswith("karpenter.sh/")
+
+
+def _quantity(value: Any) -> int | None:
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        return None
+
+
+def _admits(requirement: Mapping[str, Any], value: str) -> bool:
+    operator = requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or []]
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return True
+    if operator == "DoesNotExist":
+        return False
+    number = _quantity(value)
+    bound = _quantity(values[0]) if values else None
+    if number is None or bound is None:
+        return False
+    return number > bound if operator == "Gt" else number < bound if operator == "Lt" else False
+
+
+@dataclass(frozen=True)
+class _Template:
+    labels: Mapping[str, str]
+    requirements: tuple[Mapping[str, Any], ...]
+
+    def admits(self, key: str, value: str) -> bool:
+        if key in self.labels:
+            return self.labels[key] == value
+        return all(_admits(r, value) for r in self.requirements if r.get("key") == key)
+
+    def pins(self, key: str) -> bool:
+        """Whether the NodePool constrains `key` to named values (a label, or an In requirement)."""
+        return key in self.labels or any(
+            r.get("key") == key and r.get("operator") == "In" for r in self.requirements
+        )
+
+    def gpus_per_node(self) -> int:
+        bound = MAX_GPUS_PER_NODE
+        for r in self.requirements:
+            if r.get("key") != EKS_GPU_COUNT_LABEL:
+                continue
+            values = [n for v in r.get("values") or [] if (n := _quantity(v)) is not None]
+            if r.get("operator") == "In" and values:
+                bound = min(bound, max(values))
+            elif r.get("operator") == "Lt" and values:
+                bound = min(bound, values[0] - 1)
+        if EKS_GPU_COUNT_LABEL in self.labels:
+            bound = min(bound, _quantity(self.labels[EKS_GPU_COUNT_LABEL]) or 0)
+        return bound
+
+
+def _selection(accel: Accelerator, platform: Platform) -> NodeLabels | None:
+    if platform is Platform.GFD:
+        return NodeLabels(labels={"nvidia.com/gpu.product": accel.canonical_product})
+    return accel.node_labels.get(platform)
+
+
+def _offers_accelerator(template: _Template, selection: NodeLabels) -> bool:
+    exact = all(template.admits(k, v) for k, v in selection.labels.items())
+    one_of = all(any(template.admits(k, v) for v in values) for k, values in selection.one_of.items())
+    pinned = any(template.pins(k) for k in [*selection.labels, *selection.one_of])
+    return exact and one_of and pinned
+
+
+def read_nodepools(
+    nodepools: Iterable[Mapping[str, Any]], catalog: Catalog, platform: Platform
+) -> NodePoolReading:
+    """The GPUs each NodePool can launch on `platform`, and the NodePools that can launch none (and why)."""
+    offers: list[ProvisionableGpu] = []
+    skipped: list[tuple[str, str]] = []
+    for pool in nodepools:
+        name = str((pool.get("metadata") or {}).get("name", "<unnamed>"))
+        spec = pool.get("spec") or {}
+        template_spec = (spec.get("template") or {}).get("spec") or {}
+        template = _Template(
+            labels={
+                str(k): str(v)
+                for k, v in (((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}).items()
+            },
+            requirements=tuple(template_spec.get("requirements") or []),
+        )
+        limit = (
+            _quantity((spec.get("limits") or {}).get(GPU_RESOURCE))
+            if (spec.get("limits") or {}).get(GPU_RESOURCE) is not None
+            else None
+        )
+        used = _quantity(((pool.get("status") or {}).get("resources") or {}).get(GPU_RESOURCE, 0)) or 0
+        remaining = None if limit is None else max(0, limit - used)
+        found = [
+            accel
+            for accel in catalog.accelerators.values()
+            if accel.is_gpu
+            and (selection := _selection(accel, platform)) is not None
+            and _offers_accelerator(template, selection)
+        ]
+        if not found:
+            skipped.append((name, f"its requirements name no GPU of the catalog by {platform} labels"))
+            continue
+        if remaining == 0:
+            skipped.append((name, f"its {GPU_RESOURCE} limit is reached ({used} of {limit})"))
+            continue
+        per_node = template.gpus_per_node()
+        weight = int(spec.get("weight") or 0)
+        offers += [
+            ProvisionableGpu(
+                nodepool=name,
+                weight=weight,
+                accelerator=accel.type,
+                gpus_per_node=per_node if remaining is None else min(per_node, remaining),
+                remaining_gpus=remaining,
+            )
+            for accel in found
+        ]
+    offers.sort(key=lambda o: (-o.weight, o.nodepool, o.accelerator))
+    return NodePoolReading(offers=tuple(offers), skipped=tuple(skipped))
