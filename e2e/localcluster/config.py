@@ -15,6 +15,10 @@ INFERENCE_EXTENSION_VERSION = "v1.6.2"
 # LeaderWorkerSet (kubernetes-sigs/lws): its controller, built from the module proxy for the multi-node e2e,
 # and its CRD (e2e/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml, from the same module's config/crd).
 LWS_VERSION = "v0.8.0"
+# Karpenter with its kwok cloud provider (sigs.k8s.io/karpenter, kwok/): a real node provisioner for the local
+# cluster, creating kwok nodes for Pending pods from NodePools; its CRDs are vendored from the same module
+# (e2e/crds/karpenter.*). v1.14.1 is the newest the Go here builds: v1.14.3 and v1.15.0 require go >= 1.26.9/10.
+KARPENTER_VERSION = "v1.14.1"
 # Prometheus 3.x is published on the module proxy as github.com/prometheus/prometheus
 # v0.3MM.P for 3.MM.P. Debian's package is built without Kubernetes service discovery.
 PROMETHEUS_MODULE_VERSION = "v0.316.0"

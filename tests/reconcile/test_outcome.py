@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llama_operator.api.settings import Settings
+from llama_operator.planning import inventory_from_nodes
 from llama_operator.reconcile.outcome import reconcile
 from llama_operator.reconcile.rollout import rollout_status
 
@@ -131,3 +132,56 @@ def test_rollout_leaves_a_degraded_spec_alone() -> None:
         now=NOW,
     )
     assert rollout_status(bad.status_patch, deployment(1, 1, 1), [], generation=3, now=NOW) == {}
+
+
+def _l4_nodepool(limit: int, used: int = 0) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu-l4"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["l4"]}
+                    ]
+                }
+            },
+            "limits": {"nvidia.com/gpu": str(limit)},
+        },
+        "status": {"resources": {"nvidia.com/gpu": str(used)}},
+    }
+
+
+def test_a_nodepool_gpu_limit_below_max_replicas_is_a_condition_and_raising_it_clears_it() -> None:
+    service = body(
+        accelerator={"type": "auto"},
+        autoscaling={"minReplicas": 1, "maxReplicas": 6, "slo": {"ttftSeconds": 1.0}},
+    )
+    limited = reconcile(
+        service,
+        Settings(),
+        inventory=inventory_from_nodes([_l4_nodepool(limit=4, used=1)]),
+        pod_monitor=False,
+        now=NOW,
+    )
+    capacity = conditions(limited.status_patch)["CapacityLimited"]
+    assert capacity["status"] == "True", capacity
+    assert capacity["reason"] == "NodePoolLimit"
+    assert "at most 3 replica(s)" in capacity["message"]
+    assert "NodePool gpu-l4" in capacity["message"]
+
+    service["status"] = limited.status_patch
+    raised = reconcile(
+        service,
+        Settings(),
+        inventory=inventory_from_nodes([_l4_nodepool(limit=16)]),
+        pod_monitor=False,
+        now=NOW,
+    )
+    assert conditions(raised.status_patch)["CapacityLimited"]["status"] == "False"
+
+
+def test_no_nodepool_no_capacity_condition() -> None:
+    outcome = reconcile(body(), Settings(), inventory=None, pod_monitor=False, now=NOW)
+    assert "CapacityLimited" not in conditions(outcome.status_patch)

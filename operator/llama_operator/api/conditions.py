@@ -22,6 +22,8 @@ class ConditionType(StrEnum):
     SLO_MET = "SLOMet"
     SCHEDULABLE = "Schedulable"
     SCALED_TO_ZERO = "ScaledToZero"
+    # The nodes and the Karpenter NodePools' GPU limits hold fewer replicas than maxReplicas (or replicas).
+    CAPACITY_LIMITED = "CapacityLimited"
 
 
 class ConditionStatus(StrEnum):

@@ -33,7 +33,7 @@ from llama_operator.desired.labels import (
 from llama_operator.handlers.adapters import ADAPTER_SYNC_SECONDS, adapter_cycle
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.events import COMPONENT
-from llama_operator.handlers.indexes import Indexes, endpoint_facts, node_facts
+from llama_operator.handlers.indexes import Indexes, endpoint_facts, node_facts, nodepool_facts
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import reconcile_llamaservice, report_unknown_gpus
 from llama_operator.infra.kube import own_namespace
@@ -440,6 +440,17 @@ async def inference_pool_crd_event(
         )
 
 
+async def _placement_facts(controller: Controller, key: str, facts: str | None) -> None:
+    """Re-plan all when what placement reads of a node or NodePool changed (None: it was deleted)."""
+    if controller.node_facts.get(key) == facts:
+        return
+    if facts is None:
+        controller.node_facts.pop(key, None)
+    else:
+        controller.node_facts[key] = facts
+    await controller.enqueue_all()
+
+
 @kopf.on.event("nodes")
 async def node_event(
     *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: ControllerMemo, **_: Any
@@ -449,10 +460,13 @@ async def node_event(
     controller = memo.controller
     memo.health.synced = True
     facts = None if event.get("type") == "DELETED" else json.dumps(node_facts(body), sort_keys=True)
-    if controller.node_facts.get(name) == facts:
-        return
-    if facts is None:
-        controller.node_facts.pop(name, None)
-    else:
-        controller.node_facts[name] = facts
-    await controller.enqueue_all()
+    await _placement_facts(controller, name, facts)
+
+
+@kopf.on.event("karpenter.sh", "v1", "nodepools")
+async def nodepool_event(
+    *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: ControllerMemo, **_: Any
+) -> None:
+    """A Karpenter NodePool came, went, or changed the GPUs it can create (or its limit's use): re-plan all."""
+    facts = None if event.get("type") == "DELETED" else json.dumps(nodepool_facts(body), sort_keys=True)
+    await _placement_facts(memo.controller, f"NodePool/{name}", facts)

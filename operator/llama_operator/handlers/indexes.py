@@ -46,6 +46,32 @@ def node_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]
     return {name: node_facts(body)}
 
 
+def nodepool_facts(body: kopf.Body) -> dict[str, Any]:
+    """What placement reads of a Karpenter NodePool: the labels and limits of the nodes it can create."""
+    spec = body.spec
+    template = spec.get("template") or {}
+    return {
+        "apiVersion": body.get("apiVersion", "karpenter.sh/v1"),
+        "kind": "NodePool",
+        "metadata": {"name": body.metadata.name},
+        "spec": {
+            "weight": spec.get("weight"),
+            "limits": dict(spec.get("limits") or {}),
+            "template": {
+                "metadata": {"labels": dict((template.get("metadata") or {}).get("labels") or {})},
+                "spec": {"requirements": list((template.get("spec") or {}).get("requirements") or [])},
+            },
+        },
+        "status": {"resources": dict(body.status.get("resources") or {})},
+    }
+
+
+# Karpenter's NodePools, where Karpenter is installed: the GPUs they can create count as available.
+@kopf.index("karpenter.sh", "v1", "nodepools")
+def nodepool_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: nodepool_facts(body)}
+
+
 @kopf.index(GROUP, VERSION, PLURAL)
 def llamaservice_index(
     body: kopf.Body, namespace: str | None, name: str, **_: Any
@@ -248,6 +274,7 @@ class Indexes:
     inference_pools: kopf.Index[ObjectKey, dict[str, Any]] | None = None
     leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
     daemon_sets: kopf.Index[ObjectKey, dict[str, Any]] | None = None
+    nodepools: kopf.Index[str, dict[str, Any]] | None = None
 
     def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
         """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""

@@ -55,8 +55,11 @@ def node_inventory(memo: OperatorMemo, indexes: Indexes) -> Inventory | None:
     nodes = [node for store in indexes.nodes.values() for node in store]
     if not nodes:
         return None
+    pools = [pool for store in (indexes.nodepools or {}).values() for pool in store]
     settings = memo.settings
-    return inventory_from_nodes(nodes, planning_config(settings).catalog, settings.pod_node_selector)
+    return inventory_from_nodes(
+        [*nodes, *pools], planning_config(settings).catalog, settings.pod_node_selector, settings.platform
+    )
 
 
 def report_unknown_gpus(memo: OperatorMemo, indexes: Indexes) -> None:

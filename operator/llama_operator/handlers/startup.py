@@ -123,6 +123,7 @@ async def run_controller(*, memo: ControllerMemo, logger: kopf.Logger, **kwargs:
         inference_pools=kwargs["inference_pool_index"],
         leader_worker_sets=kwargs["leader_worker_set_index"],
         daemon_sets=kwargs["daemon_set_index"],
+        nodepools=kwargs["nodepool_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings

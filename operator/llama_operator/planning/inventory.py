@@ -17,7 +17,7 @@ from typing import Any
 from llama_operator.api.spec import AcceleratorType
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Accelerator, Catalog, mig_resource_name
 from llama_operator.catalog.platforms import AUTO_PLATFORM, PLATFORM_MARKERS, Platform, platform_of_node
-from llama_operator.planning.provisioning import is_nodepool, read_nodepools
+from llama_operator.planning.provisioning import ProvisionableGpu, is_nodepool, read_nodepools
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -70,6 +70,8 @@ class Inventory:
     # The cloud platform whose GPU labels most of the nodes carry (None: GFD's alone, or no GPU node):
     # config.platform auto selects GPUs by its labels.
     cloud_platform: Platform | None = None
+    # The GPUs Karpenter NodePools can still create (also among `offers`, as nodes to be created).
+    provisionable: tuple[ProvisionableGpu, ...] = ()
 
     def gpu_offers(self, accelerator: str, *, min_count: int = 1) -> tuple[Offer, ...]:
         """Nodes with at least `min_count` whole GPUs of a type allocatable."""
@@ -304,6 +306,7 @@ def inventory_from_nodes(
                 unknown[product] = unknown.get(product, 0) + 1
     offers.sort(key=lambda o: (o.node, o.resource))
     cloud = min(platforms, key=lambda p: (-platforms[p], p)) if platforms else _nodepool_platform(nodepools)
+    reading = None
     if nodepools:
         judged_by = Platform(platform) if platform != AUTO_PLATFORM else (cloud or Platform.GFD)
         reading = read_nodepools(nodepools, catalog, judged_by)
@@ -327,4 +330,5 @@ def inventory_from_nodes(
         skipped=tuple(skipped),
         unknown_gpus=tuple(sorted(unknown.items())),
         cloud_platform=cloud,
+        provisionable=reading.offers if reading is not None else (),
     )

@@ -173,3 +173,46 @@ def read_nodepools(
         ]
     offers.sort(key=lambda o: (-o.weight, o.nodepool, o.accelerator))
     return NodePoolReading(offers=tuple(offers), skipped=tuple(skipped))
+
+
+@dataclass(frozen=True)
+class ReplicaCapacity:
+    """How many replicas of `gpus_per_replica` GPUs the existing nodes and the NodePools' limits allow."""
+
+    replicas: int
+    on_nodes: int  # GPUs of the model the nodes have now
+    under_limits: int  # GPUs the NodePools that create the model may still add
+    nodepools: tuple[str, ...]
+
+    def message(self, accelerator: str, gpus_per_replica: int, wanted: int) -> str:
+        return (
+            f"{wanted} replicas need {wanted * gpus_per_replica} {accelerator} GPU(s); the nodes have "
+            f"{self.on_nodes} and the GPU limit of NodePool {', '.join(self.nodepools)} leaves "
+            f"{self.under_limits} more: at most {self.replicas} replica(s) can run (raise the NodePool's "
+            "spec.limits, or lower maxReplicas)"
+        )
+
+
+def replica_capacity(
+    provisionable: Iterable[ProvisionableGpu],
+    node_gpus: Iterable[int],
+    accelerator: str,
+    gpus_per_replica: int,
+) -> ReplicaCapacity | None:
+    """The replicas the GPU model allows in all, where NodePools create it and every one of them has a GPU
+    limit (None otherwise: nothing bounds it that the operator can see). `node_gpus`: the model's GPUs
+    allocatable on each existing node (a replica does not span nodes)."""
+    pools = [p for p in provisionable if p.accelerator == accelerator]
+    if not pools or any(p.remaining_gpus is None for p in pools):
+        return None
+    per_node = list(node_gpus)
+    by_pool = {p.nodepool: p.remaining_gpus or 0 for p in pools}
+    replicas = sum(n // gpus_per_replica for n in per_node) + sum(
+        left // gpus_per_replica for left in by_pool.values()
+    )
+    return ReplicaCapacity(
+        replicas=replicas,
+        on_nodes=sum(per_node),
+        under_limits=sum(by_pool.values()),
+        nodepools=tuple(sorted(by_pool)),
+    )

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from llama_operator.api.conditions import Condition, ConditionStatus, ConditionType, set_conditions
+from llama_operator.api.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    ConditionUpdate,
+    set_conditions,
+)
 from llama_operator.api.plan import MeasuredSteps, Plan
 from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
 from llama_operator.api.settings import Settings
@@ -21,6 +27,7 @@ from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import plan_service
+from llama_operator.planning.provisioning import replica_capacity
 from llama_operator.reconcile.engine import ReplanPolicy, engine_plan, value_at
 
 
@@ -131,7 +138,10 @@ def reconcile(
         desired.objects.append(build_inference_pool(svc, settings))
     conditions = set_conditions(
         conditions,
-        [(ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}")],
+        [
+            (ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}"),
+            *_capacity_condition(svc, plan, inventory, conditions),
+        ],
         now=now,
         generation=generation,
     )
@@ -143,6 +153,32 @@ def reconcile(
         "plan": replacing(value_at(body, "status", "plan"), plan.to_wire()),
     }
     return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)
+
+
+def _capacity_condition(
+    svc: LlamaService, plan: Plan, inventory: Inventory | None, conditions: list[Condition]
+) -> list[ConditionUpdate]:
+    """CapacityLimited, where Karpenter NodePools create the plan's GPU under limits that hold fewer replicas
+    than the service may scale to; cleared (False) once they hold them, absent where no limit applies."""
+    spec = svc.spec
+    wanted = spec.autoscaling.max_replicas if spec.autoscaling is not None else spec.replicas
+    capacity = None
+    if inventory is not None and plan.mig is None and plan.nodes == 1:
+        node_gpus = [o.allocatable for o in inventory.gpu_offers(plan.accelerator) if o.provisioner is None]
+        capacity = replica_capacity(inventory.provisionable, node_gpus, plan.accelerator, plan.count)
+    if capacity is not None and capacity.replicas < wanted:
+        message = capacity.message(plan.accelerator, plan.count, wanted)
+        return [(ConditionType.CAPACITY_LIMITED, ConditionStatus.TRUE, "NodePoolLimit", message)]
+    if capacity is not None or any(c.type == ConditionType.CAPACITY_LIMITED for c in conditions):
+        return [
+            (
+                ConditionType.CAPACITY_LIMITED,
+                ConditionStatus.FALSE,
+                "WithinCapacity",
+                "the GPUs fit every replica",
+            )
+        ]
+    return []
 
 
 def replacing(old: Any, new: dict[str, Any]) -> dict[str, Any]:
