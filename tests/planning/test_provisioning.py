@@ -105,10 +105,24 @@ def test_notin_and_gpu_count_requirements() -> None:
     assert [(o.accelerator, o.allocatable) for o in inventory.offers] == [("l4", 4)]
 
 
-def test_a_real_node_is_preferred_to_no_note() -> None:
-    inventory = inventory_from_nodes([gpu_node("gpu-1", "NVIDIA-L4", 1), nodepool("gpu", [gpu_names("l4")])])
+def test_a_node_that_exists_needs_no_new_one() -> None:
+    eks_l4 = {GPU_NAME: "l4", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}
+    inventory = inventory_from_nodes(
+        [node("gpu-1", eks_l4, {"nvidia.com/gpu": "1"}), nodepool("gpu", [gpu_names("l4")])]
+    )
     chosen = plan(spec({"type": "l4"}), PlanningConfig(platform="eks-karpenter"), inventory)
     assert not any("new node" in n for n in chosen.notes)
+
+
+def test_on_a_cloud_platform_a_node_with_gfd_labels_alone_is_no_gpu_its_pods_can_select() -> None:
+    inventory = inventory_from_nodes(
+        [gpu_node("gpu-t4", "Tesla-T4", 1), nodepool("gpu-l4", [gpu_names("l4")])], platform="eks-karpenter"
+    )
+    assert [o.node for o in inventory.gpu_offers("t4")] == []
+    assert "lacks the eks-karpenter labels of t4" in {s.node: s.reason for s in inventory.skipped}["gpu-t4"]
+    assert (
+        plan(spec({"type": "auto"}), PlanningConfig(platform="eks-karpenter"), inventory).accelerator == "l4"
+    )
 
 
 def test_a_gke_style_nodepool_is_judged_by_gke_labels() -> None:

@@ -252,6 +252,27 @@ def _node_offers(
     return [], f"{product} with nothing allocatable"
 
 
+def _selectable(
+    offers: list[Offer], labels_of: Mapping[str, Mapping[str, str]], catalog: Catalog, platform: Platform
+) -> tuple[list[Offer], list[SkippedNode]]:
+    """The GPU offers of nodes that carry `platform`'s labels of their GPU: vLLM pods select those, so a
+    node labelled only by GPU Feature Discovery (or by another cloud) cannot take them."""
+    kept: list[Offer] = []
+    dropped: dict[str, str] = {}
+    for offer in offers:
+        accel = catalog.accelerators.get(offer.accelerator)
+        selection = accel.node_labels.get(platform) if accel is not None and accel.is_gpu else None
+        if (
+            accel is None
+            or not accel.is_gpu
+            or (selection is not None and selection.matches(labels_of.get(offer.node, {})))
+        ):
+            kept.append(offer)
+        else:
+            dropped[offer.node] = f"lacks the {platform} labels of {offer.accelerator} that vLLM pods select"
+    return kept, [SkippedNode(node=n, reason=why) for n, why in sorted(dropped.items())]
+
+
 def _nodepool_platform(nodepools: Iterable[Mapping[str, Any]]) -> Platform | None:
     """The cloud whose GPU labels the NodePools' templates name (with no GPU node yet to read it from)."""
     for pool in nodepools:
@@ -280,6 +301,7 @@ def inventory_from_nodes(
     unknown: dict[str, int] = {}
     platforms: dict[Platform, int] = {}
     nodepools: list[Mapping[str, Any]] = []
+    labels_of: dict[str, Mapping[str, str]] = {}
     for node in nodes:
         if isinstance(node, Mapping) and is_nodepool(node):
             nodepools.append(node)
@@ -287,6 +309,7 @@ def inventory_from_nodes(
         if not isinstance(node, Mapping) or node.get("kind", "Node") != "Node":
             continue
         labels = (node.get("metadata") or {}).get("labels") or {}
+        labels_of[str((node.get("metadata") or {}).get("name", "<unnamed>"))] = labels
         if (node_platform := platform_of_node(labels)) is not None:
             platforms[node_platform] = platforms.get(node_platform, 0) + 1
         outside = sorted(k for k, v in (node_selector or {}).items() if labels.get(k) != v)
@@ -304,11 +327,14 @@ def inventory_from_nodes(
             if UNKNOWN_PRODUCT in reason:
                 product = str(((node.get("metadata") or {}).get("labels") or {}).get(PRODUCT_LABEL, ""))
                 unknown[product] = unknown.get(product, 0) + 1
-    offers.sort(key=lambda o: (o.node, o.resource))
     cloud = min(platforms, key=lambda p: (-platforms[p], p)) if platforms else _nodepool_platform(nodepools)
+    judged_by = Platform(platform) if platform != AUTO_PLATFORM else (cloud or Platform.GFD)
+    if judged_by is not Platform.GFD:
+        offers, unselectable = _selectable(offers, labels_of, catalog, judged_by)
+        skipped += unselectable
+    offers.sort(key=lambda o: (o.node, o.resource))
     reading = None
     if nodepools:
-        judged_by = Platform(platform) if platform != AUTO_PLATFORM else (cloud or Platform.GFD)
         reading = read_nodepools(nodepools, catalog, judged_by)
         skipped += [SkippedNode(node=f"NodePool {name}", reason=why) for name, why in reading.skipped]
         offers += [
