@@ -15,6 +15,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,18 +37,26 @@ class RouterProcess:
     upstream: str
     own_namespace: str
     extra_args: list[str] = field(default_factory=list)
+    name: str = "router"  # its log's name: several routers may share a folder
+    listen_address: str = "0.0.0.0"  # reachable from the pod addresses put on loopback
+    ready_timeout: float = 120.0
     port: int = 0
     admin_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    started_seconds: float = 0.0  # from the process's start to its /readyz answering 200, last start
 
     @property
     def log(self) -> Path:
-        return self.log_dir / f"router-{self.starts}.log"
+        return self.log_dir / f"{self.name}-{self.starts}.log"
 
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self.starts += 1
@@ -58,21 +68,32 @@ class RouterProcess:
             "router",
             f"--port={self.port}",
             f"--admin-port={self.admin_port}",
-            "--listen-address=0.0.0.0",  # reachable from the pod addresses put on loopback
+            f"--listen-address={self.listen_address}",
             "--demand-interval=1",
             f"--upstream-override={self.upstream}",
             f"--own-namespace={self.own_namespace}",
             *self.extra_args,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.cluster.info.kubeconfig)}
+        started = time.monotonic()
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         # Ready once its watches listed LlamaServices, EndpointSlices and every Pod: slow on a busy API server.
-        wait_healthz(
-            "the router", self.proc, f"http://127.0.0.1:{self.admin_port}/readyz", self.tail, timeout=120
-        )
+        wait_healthz("the router", self.proc, self.readyz_url, self.tail, timeout=self.ready_timeout)
+        self.started_seconds = time.monotonic() - started
+
+    @property
+    def readyz_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}/readyz"
+
+    def readyz(self) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.readyz_url, timeout=5) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step")
     down = sub.add_parser("down", help="stop the processes `up` started and remove the state folder")
     down.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
+    stop = sub.add_parser(
+        "stop", help="stop components (e.g. kube-apiserver), keeping the state: `up` starts them again"
+    )
+    stop.add_argument("component", nargs="+", help="etcd, kube-apiserver, kwok, prometheus, ...")
+    stop.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
     sub.add_parser("status", help="each component's PID, port and health; non-zero if any is down")
     b = sub.add_parser("binaries", help="only build/fetch the binaries (into the cache)")
     b.add_argument(
@@ -48,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             return Cluster(state_dir()).up(args.pod_ready_delay, args.scrape_interval, args.timeout)
         if args.command == "down":
             return Cluster(state_dir()).down(args.timeout)
+        if args.command == "stop":
+            return Cluster(state_dir()).stop(args.component, args.timeout)
         if args.command == "status":
             return Cluster(state_dir()).status()
         if args.command == "binaries":

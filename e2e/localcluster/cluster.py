@@ -719,6 +719,22 @@ class Cluster:
                 print(f"nodes: {ready}/{len(body.get('items', []))} Ready")
         return 0 if ok else 1
 
+    # -- stop (a component, to test what runs on the cluster through its outage)
+
+    def stop(self, names: list[str], timeout: float = 15.0) -> int:
+        """Stop these components (SIGTERM, then SIGKILL after `timeout`), keeping the state: `up` starts
+        them again on the same ports and data."""
+        data = self.load()
+        if data is None:
+            raise ClusterError(f"no cluster (no {self.lay.cluster_json}); nothing to stop")
+        comps = self.components_of(data)
+        unknown = sorted(set(names) - set(comps))
+        if unknown:
+            raise ClusterError(f"no component {', '.join(unknown)}; the components: {', '.join(ORDER)}")
+        for note in self.procs.stop_all([comps[n] for n in names], timeout=timeout):
+            say(f"stop: {note}")
+        return 0
+
     # -- down
 
     def down(self, timeout: float = 15.0) -> int:
