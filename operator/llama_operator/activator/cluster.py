@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llama_operator.activator.routing import (
@@ -23,6 +22,14 @@ from llama_operator.activator.routing import (
     ServiceInfo,
     ServiceKey,
     parse_allowed,
+)
+from llama_operator.activator.watches import (
+    CONNECT_TIMEOUT_SECONDS,
+    Handlers,
+    Lister,
+    SyncState,
+    error_line,
+    run_watch,
 )
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
@@ -46,6 +53,9 @@ log = logging.getLogger(__name__)
 # points back at the router, nor a hand-made one). That controller does not copy the Service's labels, so
 # every Service's slices are watched (as kube-proxy does) and matched to LlamaServices by the Service name.
 VLLM_SLICES = "endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
+
+
+LEASE_TIMEOUT_SECONDS = 10.0  # a demand report that takes longer is dropped; a held request reports again
 
 
 def demand_lease_name(key: ServiceKey) -> str:
@@ -148,6 +158,7 @@ class ClusterView:
         own_namespace: str = "default",
         identity: str = "router",
         trusted_namespaces: frozenset[str] = frozenset(),
+        api: client.ApiClient | None = None,
     ) -> None:
         self.namespaces = namespaces  # None: all
         self.own_namespace = own_namespace
@@ -163,8 +174,10 @@ class ClusterView:
         self.slices_of: dict[ServiceKey, set[tuple[str, str]]] = {}
         self.pods: dict[tuple[str, str], PodFacts] = {}  # (ns, name)
         self.pods_by_ip: dict[str, set[tuple[str, str]]] = {}
-        self.synced: set[str] = set()
-        self.api = client.ApiClient()
+        self.sync = SyncState()
+        self.report_failure: str | None = None  # why the last demand report failed; None once one works
+        self.stopped = threading.Event()
+        self.api = api or client.ApiClient()
 
     # --- reads ---------------------------------------------------------------------------------------
     def endpoints(self, key: ServiceKey) -> list[str]:
@@ -206,7 +219,11 @@ class ClusterView:
 
     @property
     def ready(self) -> bool:
-        return self.synced >= {"llamaservices", "endpointslices", "pods"}
+        """Every watch listed, and none is out of sync now (the API server away, a re-list failing)."""
+        return self.sync.ready
+
+    def problems(self) -> list[str]:
+        return self.sync.problems()
 
     # --- the one write: a demand Lease in the router's own namespace ------------------------------------
     def report(self, key: ServiceKey, uid: str, annotations: dict[str, str]) -> None:
@@ -229,18 +246,35 @@ class ClusterView:
             "spec": {"holderIdentity": self.identity, "renewTime": micro_rfc3339(now)},
         }
         try:
-            coordination.patch_namespaced_lease(name, self.own_namespace, body)
+            self._write_lease(coordination, name, body)
+        except Exception as err:  # the API server away: the next report (seconds later) tries again
+            self._report_failed(f"demand Lease {self.own_namespace}/{name}: {error_line(err)}")
+            return
+        self._report_failed(None)
+
+    def _write_lease(self, coordination: Any, name: str, body: dict[str, Any]) -> None:
+        timeout = (CONNECT_TIMEOUT_SECONDS, LEASE_TIMEOUT_SECONDS)
+        try:
+            coordination.patch_namespaced_lease(name, self.own_namespace, body, _request_timeout=timeout)
         except ApiException as err:
             if err.status != 404:
-                log.warning("demand Lease %s/%s: %s %s", self.own_namespace, name, err.status, err.reason)
-                return
+                raise
             try:
-                coordination.create_namespaced_lease(self.own_namespace, body)
+                coordination.create_namespaced_lease(self.own_namespace, body, _request_timeout=timeout)
             except ApiException as err2:
-                if err2.status == 409:  # the other replica created it meanwhile
-                    self.report(key, uid, annotations)
-                    return
-                log.warning("demand Lease %s/%s: %s %s", self.own_namespace, name, err2.status, err2.reason)
+                if err2.status != 409:
+                    raise
+                # the other replica created it meanwhile
+                coordination.patch_namespaced_lease(name, self.own_namespace, body, _request_timeout=timeout)
+
+    def _report_failed(self, why: str | None) -> None:
+        """One line in the log when demand reports start failing (and why), one when they work again."""
+        with self.lock:
+            was, self.report_failure = self.report_failure, why
+        if why is not None and was is None:
+            log.warning("%s; the next reports retry (logged again once they succeed)", why)
+        elif why is None and was is not None:
+            log.info("demand reports written again")
 
     def request_activation(self, key: ServiceKey, uid: str, at: float) -> None:
         self.report(key, uid, {ACTIVATION_REQUESTED_ANNOTATION: micro_rfc3339(at)})
@@ -255,15 +289,35 @@ class ClusterView:
         pod_targets: list[str | None] = [None]
         if self.namespaces:  # callers come from the served namespaces, and trusted ones
             pod_targets = [*sorted(set(self.namespaces) | self.trusted_namespaces)]
-        for target, namespaces in (
-            (self._watch_llamaservices, targets),
-            (self._watch_slices, targets),
-            (self._watch_pods, pod_targets),
+        for what, handlers, namespaces in (
+            ("llamaservices", self._llamaservices, targets),
+            ("endpointslices", self._slices, targets),
+            ("pods", self._pods, pod_targets),
         ):
             for namespace in namespaces:
-                threading.Thread(target=target, args=(namespace,), daemon=True).start()
+                name = f"{what}/{namespace or '*'}"
+                self.sync.expect(name)
+                lister, handling = handlers(namespace)
+                threading.Thread(
+                    target=run_watch,
+                    args=(name, lister, handling),
+                    kwargs={
+                        "state": self.sync,
+                        "lock": self.lock,
+                        "changed": self._changed,
+                        "stopped": self.stopped,
+                    },
+                    name=f"watch-{name}",
+                    daemon=True,
+                ).start()
 
-    def _watch_llamaservices(self, namespace: str | None) -> None:
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _changed(self) -> None:
+        self.changed()  # looked up at each change: whoever set `changed` after start() is called
+
+    def _llamaservices(self, namespace: str | None) -> tuple[Lister, Handlers]:
         custom = client.CustomObjectsApi(self.api)
 
         def lister(**kw: Any) -> Any:
@@ -278,15 +332,13 @@ class ClusterView:
             else:
                 self.services[key] = service_info(obj)
 
-        def reset(items: list[dict[str, Any]]) -> None:
+        def clear() -> None:
             for key in [k for k in self.services if namespace is None or k[0] == namespace]:
                 del self.services[key]
-            for obj in items:
-                apply("ADDED", obj)
 
-        self._loop("llamaservices", namespace, lister, apply, reset, raw=True)
+        return lister, Handlers(clear, apply)
 
-    def _watch_slices(self, namespace: str | None) -> None:
+    def _slices(self, namespace: str | None) -> tuple[Lister, Handlers]:
         discovery = client.DiscoveryV1Api(self.api)
 
         def lister(**kw: Any) -> Any:
@@ -312,15 +364,13 @@ class ClusterView:
                 if not keys:
                     self.slices_of.pop(old[0], None)
 
-        def reset(items: list[dict[str, Any]]) -> None:
+        def clear() -> None:
             for key in [k for k in self.slices if namespace is None or k[0] == namespace]:
                 forget(key)
-            for obj in items:
-                apply("ADDED", obj)
 
-        self._loop("endpointslices", namespace, lister, apply, reset, raw=False)
+        return lister, Handlers(clear, apply)
 
-    def _watch_pods(self, namespace: str | None) -> None:
+    def _pods(self, namespace: str | None) -> tuple[Lister, Handlers]:
         core = client.CoreV1Api(self.api)
 
         def lister(**kw: Any) -> Any:
@@ -344,71 +394,8 @@ class ClusterView:
                 self.pods[key] = facts
                 self.pods_by_ip.setdefault(facts.ip, set()).add(key)
 
-        def reset(items: list[dict[str, Any]]) -> None:
+        def clear() -> None:
             for key in [k for k in self.pods if namespace is None or k[0] == namespace]:
                 forget(key)
-            for obj in items:
-                apply("ADDED", obj)
 
-        self._loop("pods", namespace, lister, apply, reset, raw=False)
-
-    def _loop(
-        self,
-        what: str,
-        namespace: str | None,
-        lister: Callable[..., Any],
-        apply: Callable[[str, dict[str, Any]], None],
-        reset: Callable[[list[dict[str, Any]]], None],
-        *,
-        raw: bool,
-    ) -> None:
-        """List, then watch from the list's resourceVersion; a broken watch resumes, an expired one
-        (410) lists again. Forever, in its own thread. `what` counts as synced once every namespace of it
-        listed."""
-        serialize = self.api.sanitize_for_serialization
-        expected = len(self.namespaces or [None]) if what != "pods" else None
-        while True:
-            try:
-                listed = lister()
-                body = listed if raw else serialize(listed)
-                items = list(body.get("items") or [])
-                version = body["metadata"]["resourceVersion"]
-                with self.lock:
-                    reset(items)
-                self._listed(what, namespace, expected)
-                self.changed()
-                while True:
-                    stream = watch.Watch().stream(
-                        lister, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True
-                    )
-                    for event in stream:
-                        if event["type"] == "ERROR":  # an expired resourceVersion: list again
-                            raise ApiException(status=410, reason="watch expired")
-                        obj = event["object"] if raw else serialize(event["object"])
-                        version = obj["metadata"]["resourceVersion"]
-                        if event["type"] == "BOOKMARK":
-                            continue
-                        with self.lock:
-                            apply(event["type"], obj)
-                        self.changed()
-            except ApiException as err:
-                if err.status != 410:
-                    log.warning("watching %s: %s %s; again in 2s", what, err.status, err.reason)
-                    time.sleep(2.0)
-            except Exception:
-                log.exception("watching %s failed; again in 2s", what)
-                time.sleep(2.0)
-
-    def _listed(self, what: str, namespace: str | None, expected: int | None) -> None:
-        with self.lock:
-            self.synced.add(f"{what}/{namespace}")
-            count = sum(1 for s in self.synced if s.startswith(f"{what}/"))
-            wanted = (
-                expected
-                if expected is not None
-                else len(
-                    sorted(set(self.namespaces) | self.trusted_namespaces) if self.namespaces else [None]
-                )
-            )
-            if count >= wanted:
-                self.synced.add(what)
+        return lister, Handlers(clear, apply)

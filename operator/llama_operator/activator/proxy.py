@@ -730,7 +730,7 @@ def admin_app(router: Router) -> web.Application:
             return web.Response(text="draining", status=503)
         if router.view.ready:
             return web.Response(text="ok")
-        return web.Response(text="watches not synced yet", status=503)
+        return web.Response(text="\n".join(["not ready:", *router.view.problems()]), status=503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -815,4 +815,5 @@ async def serve(
             # held and streaming requests finish within the drain time.
             log.info("router: stopping; draining %d requests for up to %.0fs", router.active, drain_seconds)
     finally:
+        view.stop()
         await router.close()
