@@ -33,9 +33,9 @@ DEEP = b'{"model": "chat-model", "x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
 def counters(router: Router) -> dict[str, float]:
     """Every shared count the router keeps; all zero when no request is in progress."""
     return {
-        "buffered": router.buffered,
-        "held_requests": sum(router.held_requests.values()),
-        "held_bytes": sum(router.held_bytes.values()),
+        "buffered": router.budgets.buffered,
+        "held_requests": router.budgets.total_held(),
+        "held_bytes": sum(router.budgets.held_bytes.values()),
         "inflight": sum(router.inflight.values()),
         "prefill": sum(router.prefill.values()),
         "held_gauge": sum(s.value for m in router.metrics.held.collect() for s in m.samples),
@@ -188,7 +188,7 @@ def test_a_body_nested_too_deep_answers_400_naming_the_limit() -> None:
                 assert response.status == 400
                 message = (await response.json())["error"]["message"]
             assert "nest" in message and str(router.limits.max_json_depth) in message, message
-            assert router.buffered == 0
+            assert router.budgets.buffered == 0
 
     asyncio.run(scenario())
 
@@ -201,7 +201,7 @@ def test_readiness_fails_while_a_budget_is_stuck() -> None:
         async with serving(admin_app(router)) as admin, aiohttp.ClientSession() as session:
             async with session.get(f"http://{admin}/readyz") as response:
                 assert response.status == 200
-            router.buffered = 2000  # what the leak left: bytes counted with no request in progress
+            router.budgets.buffered = 2000  # what the leak left: bytes counted with no request in progress
             async with session.get(f"http://{admin}/readyz") as response:
                 assert response.status == 503
                 assert "stuck" in await response.text()

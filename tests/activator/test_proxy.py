@@ -292,7 +292,7 @@ def test_limits_on_held_requests_and_body_size_answer_503_and_413() -> None:
             assert router.metrics.rejected.labels(limit="held")._value.get() == 1
             view.turn_ready(KEY, upstream)
             assert [r[0] for r in await asyncio.gather(*held)] == [200, 200]
-            assert router.buffered == 0 and sum(router.held_requests.values()) == 0
+            assert router.budgets.buffered == 0 and router.budgets.total_held() == 0
 
     run(scenario())
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import time
@@ -33,7 +32,9 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from llama_operator.activator.budget import Budgets, Claim
 from llama_operator.activator.cluster import ClusterView
+from llama_operator.activator.intake import TooDeepError, json_object
 from llama_operator.activator.picker import (
     KV_FULL,
     RecentKeys,
@@ -207,10 +208,9 @@ class Router:
         # Prompt tokens (estimated) sent per endpoint whose response has not started: its pending prefill.
         self.prefill: Tally[str] = Tally()
         self.recent_keys = RecentKeys()  # prefix keys sent lately: warm ones keep their pod's cache
-        self.held_requests: Tally[ServiceKey] = Tally()
-        self.held_bytes: Tally[ServiceKey] = Tally()
-        self.buffered = 0  # bytes of request bodies in memory now
+        self.budgets = Budgets()  # what requests hold now; only a request's Claim changes it
         self.active = 0  # requests being handled now (held or forwarded)
+        self.connect_retry_seconds = CONNECT_RETRY_SECONDS
         self.draining_until: float | None = None  # monotonic deadline once SIGTERM came
         self.idle = asyncio.Event()
         self.sequence = 0
@@ -306,14 +306,37 @@ class Router:
             response.force_close()  # a draining replica keeps no connection alive
         return response
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        received = time.monotonic()
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """The request counts as active (the drain waits for it) until it ends, whichever way."""
         self.active += 1
         self.idle.clear()
-        body: Body | None = None
+        try:
+            yield
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self.idle.set()
+
+    def _held_gauge(self, key: ServiceKey, change: int) -> None:
+        self.metrics.held.labels(namespace=key[0], llamaservice=key[1]).inc(change)
+
+    def stuck(self) -> list[str]:
+        """What the budgets count while no request is in progress (a leak; empty when none)."""
+        if self.active:
+            return []
+        loads = [f"{n} requests in flight to {ep}" for ep, n in self.inflight.items() if n]
+        return [*self.budgets.in_use(), *loads, *(f"pending prefill of {ep}" for ep in self.prefill)]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        with self._counted(), Claim(self.budgets, self._held_gauge) as claim:
+            return await self._route(request, claim)
+
+    async def _route(self, request: web.Request, claim: Claim) -> web.StreamResponse:
+        received = time.monotonic()
         try:
             caller = self.caller(request)
-            body = await self._body(request)
+            body = await self._body(request, claim)
             model = body.parsed.get("model") if body.parsed else None
             namespace_header = request.headers.get(NAMESPACE_HEADER)
             if request.path.rstrip("/") == "/v1/models" and request.method == "GET":
@@ -347,21 +370,17 @@ class Router:
             adapter = self._count_model(key, model)
             if self.view.endpoints(key):
                 return await self._forward(
-                    request, body, key, affinity, held_since=None, received=received, adapter=adapter
+                    request, body, key, affinity, claim, held_since=None, received=received, adapter=adapter
                 )
-            return await self._hold(request, body, key, affinity, received, adapter=adapter)
+            return await self._hold(
+                request, body, key, affinity, received=received, claim=claim, adapter=adapter
+            )
         except RejectedError as rejected:
             self.metrics.rejected.labels(limit=rejected.limit).inc()
             self.metrics.requests.labels(
                 outcome="draining" if rejected.limit == "draining" else "rejected"
             ).inc()
             return error(rejected.status, rejected.message, retry_after=rejected.retry_after)
-        finally:
-            if body is not None and body.data is not None:
-                self.buffered -= len(body.data)
-            self.active -= 1
-            if self.active == 0:
-                self.idle.set()
 
     def _count_model(self, key: ServiceKey, model: Any) -> str | None:
         """Count the request by the model it names (a label only for the service's own names: the label set
@@ -387,9 +406,10 @@ class Router:
         ]
         return web.json_response({"object": "list", "data": data})
 
-    async def _body(self, request: web.Request) -> Body:
-        """Read a JSON body (the OpenAI endpoints: `model` and the prompt route it) within the size and time
-        limits and the router's budget of buffered bytes; any other body is streamed, never held in memory."""
+    async def _body(self, request: web.Request, claim: Claim) -> Body:
+        """Read a JSON body (the OpenAI endpoints: `model` and the prompt route it) within the size, time and
+        nesting limits and the router's budget of buffered bytes (counted on the request's claim); any other
+        body is streamed, never held in memory."""
         if not request.body_exists:
             return Body(b"", None, None)
         if request.content_type != "application/json":
@@ -401,11 +421,11 @@ class Router:
                 413, "body_size", f"the request body is {length} bytes; the limit is {limits.max_body_bytes}"
             )
         reserve = length if length is not None else limits.max_body_bytes
-        if self.buffered + reserve > limits.max_buffered_bytes:
+        if self.budgets.buffered + reserve > limits.max_buffered_bytes:
             raise RejectedError(
                 503, "buffered_bytes", "this router holds too many request bodies now; retry", retry_after=1
             )
-        self.buffered += reserve
+        claim.buffer(reserve)
         chunks: list[bytes] = []
         size = 0
         try:
@@ -423,14 +443,12 @@ class Router:
             raise RejectedError(
                 408, "body_timeout", f"the request body took over {limits.body_timeout_seconds:g}s"
             ) from None
-        finally:
-            self.buffered -= reserve
         data = b"".join(chunks)
-        self.buffered += len(data)  # released when the request ends (handle's finally)
-        parsed: dict[str, Any] | None = None
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
-            loaded = json.loads(data)
-            parsed = loaded if isinstance(loaded, dict) else None
+        claim.unbuffer(reserve - len(data))  # what it really holds, until the request ends
+        try:
+            parsed = json_object(data, limits.max_json_depth)
+        except TooDeepError as err:
+            raise RejectedError(400, "json_depth", str(err)) from None
         return Body(data, parsed, None)
 
     # --- holding ---------------------------------------------------------------------------------------
@@ -449,8 +467,9 @@ class Router:
         body: Body,
         key: ServiceKey,
         affinity: int | None,
-        received: float,
         *,
+        received: float,
+        claim: Claim,
         adapter: str | None = None,
     ) -> web.StreamResponse:
         service = self.view.service(key)
@@ -459,33 +478,28 @@ class Router:
         )
         if self.draining_until is not None:
             raise draining_refusal()
-        counts = HoldCounts(sum(self.held_requests.values()), self.held_requests[key], self.held_bytes[key])
+        budgets = self.budgets
+        counts = HoldCounts(budgets.total_held(), budgets.held_requests[key], budgets.held_bytes[key])
         refusal = admit_hold(self.limits, counts, body.size)
         if refusal is not None:
             raise RejectedError(503, "held", f"{refusal}; retry", retry_after=retry_after_seconds(timeout))
-        gauge = self.metrics.held.labels(namespace=key[0], llamaservice=key[1])
         self.waking.setdefault(key, received)
-        self.held_requests[key] += 1
-        self.held_bytes[key] += body.size
-        gauge.inc()
-        holding = True
-
-        def release() -> None:
-            nonlocal holding
-            if holding:
-                holding = False
-                gauge.dec()
-                self.held_requests[key] -= 1
-                self.held_bytes[key] -= body.size
-
+        claim.hold(key, body.size)
         try:
             while True:
                 change = self.change  # taken before looking, so no change is missed
                 if self.view.endpoints(key):
                     self.metrics.hold.observe(time.monotonic() - received)
-                    release()
+                    claim.unhold()
                     return await self._forward(
-                        request, body, key, affinity, held_since=received, received=None, adapter=adapter
+                        request,
+                        body,
+                        key,
+                        affinity,
+                        claim,
+                        held_since=received,
+                        received=None,
+                        adapter=adapter,
                     )
                 now = time.monotonic()
                 remaining = received + timeout - now
@@ -508,7 +522,7 @@ class Router:
             self.metrics.requests.labels(outcome="client_gone").inc()
             raise
         finally:
-            release()
+            claim.unhold()
 
     def _hold_timed_out(self, key: ServiceKey, timeout: float) -> web.Response:
         """503 with Retry-After for a request held past its service's hold time."""
@@ -553,6 +567,7 @@ class Router:
         body: Body,
         key: ServiceKey,
         affinity: int | None,
+        claim: Claim,
         *,
         held_since: float | None,
         received: float | None,
@@ -564,7 +579,7 @@ class Router:
         assert self.session is not None
         service = self.view.service(key)
         saturated_at = service.max_num_seqs if service is not None else 0
-        deadline = time.monotonic() + CONNECT_RETRY_SECONDS
+        deadline = time.monotonic() + self.connect_retry_seconds
         refused: set[str] = set()
         retry = False
         prompt_tokens = prompt_tokens_estimate(body.parsed) if body.parsed is not None else 0
@@ -589,7 +604,9 @@ class Router:
                 warm=warm,
             )
             if chosen is None:  # its pods went away meanwhile: hold again
-                return await self._hold(request, body, key, affinity, time.monotonic(), adapter=adapter)
+                return await self._hold(
+                    request, body, key, affinity, received=time.monotonic(), claim=claim, adapter=adapter
+                )
             self.metrics.picks.labels(reason="retry" if retry else chosen.reason).inc()
             endpoint = chosen.endpoint
             self.recent[endpoint] = time.monotonic()
@@ -723,11 +740,18 @@ def admin_app(router: Router) -> web.Application:
         )
 
     async def healthz(_: web.Request) -> web.Response:
+        # A budget counted with no request in progress never comes back: a restart is what frees it.
+        stuck = router.stuck()
+        if stuck:
+            return web.Response(text="\n".join(["budgets stuck:", *stuck]), status=503)
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
         if router.draining_until is not None:
             return web.Response(text="draining", status=503)
+        stuck = router.stuck()
+        if stuck:
+            return web.Response(text="\n".join(["not ready: budgets stuck:", *stuck]), status=503)
         if router.view.ready:
             return web.Response(text="ok")
         return web.Response(text="\n".join(["not ready:", *router.view.problems()]), status=503)

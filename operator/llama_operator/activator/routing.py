@@ -201,6 +201,7 @@ class Limits:
     max_hold_seconds: float = 300.0  # the platform's cap on a service's activationTimeoutSeconds
     header_timeout_seconds: float = 15.0  # a connection's request headers, complete, within this
     body_timeout_seconds: float = 30.0  # a request body, complete, within this
+    max_json_depth: int = 64  # nesting of a JSON body (OpenAI bodies nest a few levels; tool schemas more)
 
 
 @dataclass(frozen=True, slots=True)
