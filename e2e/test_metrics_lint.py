@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_operator.activator.proxy import RouterMetrics
 from llama_operator.infra import metrics as m
+from llama_operator.router.metrics import RouterMetrics
 from localcluster import info as cluster_info
 from localcluster.config import PROMETHEUS_VERSION, cache_paths
 from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest

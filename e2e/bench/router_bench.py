@@ -12,7 +12,7 @@
    non-streamed request (from /proc), hence the requests per second one router core sustains.
 
 The router runs from this file's `serve-router` subcommand: the real `Router` and `listening` from
-llama_operator.activator.proxy with a fixed view of the cluster (one service, these endpoints, every
+llama_operator.router.server with a fixed view of the cluster (one service, these endpoints, every
 caller in its namespace), since no Kubernetes is needed to measure routing. Writes results.json, table.md
 and router.png to --out. A benchmark: it asserts nothing.
 
@@ -44,8 +44,8 @@ import matplotlib
 import matplotlib.pyplot as plt
 from aiohttp import web
 
-from llama_operator.activator.proxy import Router, listening
-from llama_operator.activator.routing import ServiceInfo
+from llama_operator.router.routing import ServiceInfo
+from llama_operator.router.server import Router, listening
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from llama_operator.activator.picker import vllm_active_adapters
 from llama_operator.api.spec import LlamaServiceSpec, LoRAAdapter
 from llama_operator.api.status import AdapterStatus
 from llama_operator.infra.vllm_adapters import list_adapters, sync_adapters
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.planner import plan_service
+from llama_operator.router.picker import vllm_active_adapters
 from support import vllm_server_module
 
 vs = vllm_server_module()

@@ -19,7 +19,6 @@ from typing import Any, NoReturn, get_args
 import yaml
 
 import llama_operator
-from llama_operator.activator.commands import register_activator_command
 from llama_operator.api.crd import render_crd_yaml
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, shown
 from llama_operator.api.settings import PlatformName, Settings
@@ -28,6 +27,7 @@ from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.planning.provisioning import is_nodepool
 from llama_operator.reconcile.outcome import plan_llamaservice, planning_config
+from llama_operator.router.commands import register_router_command
 
 # Exit statuses: 1 for anything wrong with what the user gave (a plan that cannot work, a manifest or a
 # file that cannot be read), 70 (sysexits EX_SOFTWARE) for a bug of ours, so that scripts tell them apart.
@@ -566,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(func=func)
 
-    register_activator_command(sub)
+    register_router_command(sub)
     return parser
 
 

@@ -83,7 +83,7 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         default="least-loaded",
         help="what spreads requests over the replicas (sim/fleet.py): least-loaded (fewest in-flight requests, "
         "the default), round-robin (a Kubernetes Service), prefix-affine (the operator's router: "
-        "llama_operator.activator.picker, every request keyed on its prompt's leading blocks)",
+        "llama_operator.router.picker, every request keyed on its prompt's leading blocks)",
     )
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=20)

@@ -4,7 +4,7 @@ Events: request arrivals (from the trace), replica step ends, replicas becoming 
 cold start, and a 1 s tick that snapshots the fleet's metrics and, on the policy's interval, asks
 the policy for a replica count. Requests go to a ready replica by `FleetConfig.routing`: the least-loaded
 one (the default), round robin over the ready ones (what a Kubernetes Service gives, per connection), or
-prefix-affine (the operator's router: `llama_operator.activator.picker.pick` on the prompt's leading
+prefix-affine (the operator's router: `llama_operator.router.picker.pick` on the prompt's leading
 blocks and the replicas' in-flight requests, exactly as the router calls it); removed replicas
 (starting ones first, then the least loaded) stop receiving requests and drain what they hold.
 A replica costs GPU time from its creation (the cold start holds the GPU) to its removal.
@@ -43,7 +43,7 @@ from llama_bench.sim.metrics import (
 )
 from llama_bench.sim.replica import Phase, Replica, SimRequest, StepResult
 from llama_bench.sim.trace import Trace
-from llama_operator.activator.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, RecentKeys, pick
+from llama_operator.router.picker import BLOCK_CHARS, KV_FULL, PREFIX_CHARS, RecentKeys, pick
 
 # prefix-affine-count: the operator's picker on request counts alone, as it was before it counted each pod's
 # pending prefill (an ablation, docs/bench/routing.md).

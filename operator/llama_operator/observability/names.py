@@ -84,7 +84,7 @@ PER_SERVICE_GAUGES: dict[str, str] = {
     "gpu_price_per_hour": OP_GPU_PRICE,
 }
 
-# The activator's (router's) series (activator/proxy.py).
+# The router's series (router/metrics.py).
 ROUTER_HELD = "llama_router_held_requests"
 ROUTER_INFLIGHT = "llama_router_inflight_requests"
 ROUTER_REQUESTS = "llama_router_requests_total"

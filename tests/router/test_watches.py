@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from llama_operator.activator.cluster import ClusterView
-from llama_operator.activator.watches import Backoff, SyncState
-from tests.activator.api_server import LLAMASERVICES, PODS, SLICES, FakeApiServer, fake_api_server
+from llama_operator.router.cluster import ClusterView
+from llama_operator.router.watches import Backoff, SyncState
+from tests.router.api_server import LLAMASERVICES, PODS, SLICES, FakeApiServer, fake_api_server
 
 OURS = {"app.kubernetes.io/managed-by": "llama-operator", "llama-operator.dev/llamaservice": "chat"}
 VLLM_SLICE_LABELS = {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}

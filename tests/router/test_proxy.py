@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from llama_operator.activator.picker import pick, prefix_key, prompt_prefix
-from llama_operator.activator.proxy import Router, listening, proxy_app
-from llama_operator.activator.routing import Limits, ServiceInfo, ServiceKey
+from llama_operator.router.picker import pick, prefix_key, prompt_prefix
+from llama_operator.router.routing import Limits, ServiceInfo, ServiceKey
+from llama_operator.router.server import Router, listening, proxy_app
 
 KEY = ("team-a", "chat")
 SECRET = ("team-b", "secret")
@@ -262,7 +262,7 @@ def test_a_request_held_past_the_timeout_gets_503_with_retry_after() -> None:
             assert status == 503 and int(headers["Retry-After"]) >= 1
             assert b"activationTimeoutSeconds" in data
             assert 0.5 <= seconds < 3
-            assert router.waking == {}, "a request that gave up does not date the next wake"
+            assert router.holding.waking == {}, "a request that gave up does not date the next wake"
 
     run(scenario())
 
@@ -418,10 +418,10 @@ def test_a_pod_still_prefilling_a_long_prompt_gets_no_more_of_them() -> None:
             view.ready[KEY] += [p0, p1, p2]
             first = asyncio.create_task(post(proxy, body=body("first ")))
             deadline = time.monotonic() + 10
-            while not router.prefill and time.monotonic() < deadline:
+            while not router.load.prefill and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            assert len(router.prefill) == 1, router.prefill
-            busy, tokens = next(iter(router.prefill.items()))
+            assert len(router.load.prefill) == 1, router.load.prefill
+            busy, tokens = next(iter(router.load.prefill.items()))
             assert 8000 <= tokens <= 8010
 
             # A prompt whose key lands on the busy pod (by the ring alone) is sent to another one.
@@ -440,6 +440,6 @@ def test_a_pod_still_prefilling_a_long_prompt_gets_no_more_of_them() -> None:
             gates[pods[busy]].set()
             status, headers, _, _ = await first
             assert status == 200 and headers["X-Upstream"] == f"pod-{pods[busy]}"
-            assert not router.prefill and not router.inflight
+            assert not router.load.prefill and not router.load.inflight
 
     run(scenario())

@@ -17,9 +17,9 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_operator.activator.proxy import Router, admin_app
-from llama_operator.activator.routing import Limits
-from tests.activator.test_proxy import KEY, SECRET, FakeView, free_port, post, serving, stack
+from llama_operator.router.routing import Limits
+from llama_operator.router.server import Router, admin_app
+from tests.router.test_proxy import KEY, SECRET, FakeView, free_port, post, serving, stack
 
 LIMITS = Limits(
     max_body_bytes=64 * 1024,
@@ -36,8 +36,8 @@ def counters(router: Router) -> dict[str, float]:
         "buffered": router.budgets.buffered,
         "held_requests": router.budgets.total_held(),
         "held_bytes": sum(router.budgets.held_bytes.values()),
-        "inflight": sum(router.inflight.values()),
-        "prefill": sum(router.prefill.values()),
+        "inflight": sum(router.load.inflight.values()),
+        "prefill": sum(router.load.prefill.values()),
         "held_gauge": sum(s.value for m in router.metrics.held.collect() for s in m.samples),
         "inflight_gauge": router.metrics.inflight._value.get(),
         "active": router.active,
@@ -146,7 +146,7 @@ async def drive(names: list[str]) -> dict[str, float]:
     view.services[refusing] = view.services[KEY]
     view.ready[dying], view.ready[refusing] = [], [f"127.0.0.1:{free_port()}"]
     async with stack(view, LIMITS) as (upstream, proxy, router), serving(dying_upstream_app()) as dead:
-        router.connect_retry_seconds = 0.3
+        router.upstream.connect_retry_seconds = 0.3
         view.ready[KEY].append(upstream)
         view.ready[dying].append(dead)
         assert not view.ready[SECRET], "team-b's service is at zero: its requests are held"

@@ -17,20 +17,6 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from llama_operator.activator.routing import (
-    ALLOWED_NAMESPACES_ANNOTATION,
-    ServiceInfo,
-    ServiceKey,
-    parse_allowed,
-)
-from llama_operator.activator.watches import (
-    CONNECT_TIMEOUT_SECONDS,
-    Handlers,
-    Lister,
-    SyncState,
-    error_line,
-    run_watch,
-)
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.spec import GROUP, PLURAL, VERSION, AutoscalingSpec, LlamaServiceSpec
@@ -45,6 +31,20 @@ from llama_operator.desired.labels import (
     MANAGED_BY,
     SERVICE_LABEL,
     SERVICE_NAME_LABEL,
+)
+from llama_operator.router.routing import (
+    ALLOWED_NAMESPACES_ANNOTATION,
+    ServiceInfo,
+    ServiceKey,
+    parse_allowed,
+)
+from llama_operator.router.watches import (
+    CONNECT_TIMEOUT_SECONDS,
+    Handlers,
+    Lister,
+    SyncState,
+    error_line,
+    run_watch,
 )
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """LoRA adapters in the router: a request whose `model` names an adapter goes to the base LlamaService, to a
 pod that holds the adapter (preferring one where vLLM has it in its batch); /v1/models lists adapters; the
-requests are counted per model. Over real sockets, as tests/activator/test_proxy.py."""
+requests are counted per model. Over real sockets, as tests/router/test_proxy.py."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import aiohttp
 
-from llama_operator.activator.cluster import service_info
-from llama_operator.activator.picker import adapter_endpoints, vllm_active_adapters
-from llama_operator.activator.routing import Caller, ServiceInfo, resolve
-from tests.activator.test_proxy import KEY, SECRET, FakeView, post, run, serving, stack, upstream_app
+from llama_operator.router.cluster import service_info
+from llama_operator.router.picker import adapter_endpoints, vllm_active_adapters
+from llama_operator.router.routing import Caller, ServiceInfo, resolve
+from tests.router.test_proxy import KEY, SECRET, FakeView, post, run, serving, stack, upstream_app
 
 SQL_HOLDERS = frozenset({"chat-b", "chat-c"})
 
@@ -67,7 +67,7 @@ def test_a_request_for_an_adapter_goes_to_a_pod_that_holds_it() -> None:
                 served_by.add(headers["X-Upstream"])
             assert "chat-a" in served_by
             # Once vLLM reports sql in chat-c's batch, requests for it go there (no swap from host memory).
-            router.active_adapters[c] = frozenset({"sql"})
+            router.load.active_adapters[c] = frozenset({"sql"})
             for _ in range(6):
                 _, headers, _, _ = await post(
                     proxy, router_host, body=_adapter_body("sql"), path="/v1/completions"

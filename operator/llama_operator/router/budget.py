@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from llama_operator.activator.routing import ServiceKey
+from llama_operator.router.routing import ServiceKey
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llama_operator.activator.routing import (
+from llama_operator.router.routing import (
     SERVICE_HEADER,
     Caller,
     HoldCounts,

@@ -10,7 +10,7 @@ import os
 import socket
 from typing import Any
 
-from llama_operator.activator.routing import Limits
+from llama_operator.router.routing import Limits
 
 MIB = 2**20
 
@@ -21,8 +21,8 @@ def _split(items: list[str] | None) -> list[str]:
 
 def cmd_router(args: argparse.Namespace) -> int:
     # The proxy pulls in the Kubernetes client (about 1 s to import): only `router` pays for it, not every command.
-    from llama_operator.activator.proxy import serve  # noqa: PLC0415
     from llama_operator.infra.kube import load_kube_config, own_namespace  # noqa: PLC0415
+    from llama_operator.router.server import serve  # noqa: PLC0415
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     load_kube_config()
@@ -159,7 +159,7 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register_activator_command(sub: Any) -> None:
+def register_router_command(sub: Any) -> None:
     help_text = (
         "run the router: one OpenAI endpoint for the LlamaServices of the caller's namespace, routed by `model` "
         "with prefix affinity; holds requests of services at zero, reports the demand and forwards them once a "

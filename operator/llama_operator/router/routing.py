@@ -51,9 +51,6 @@ class ServiceInfo:
         return next((pods for name, pods in self.adapter_pods if name == adapter), frozenset())
 
 
-HeldService = ServiceInfo  # the activator's name for it
-
-
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who opened the connection: the namespace of the pod with that source address, or None when the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from llama_operator.activator.picker import (
+from llama_operator.router.picker import (
     BLOCK_CHARS,
     MIN_AFFINE_PREFILL_TOKENS,
     RecentKeys,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_operator.activator.cluster import ClusterView, PodFacts, pod_facts, service_info, slice_endpoints
 from llama_operator.handlers.demand import demand_patch
+from llama_operator.router.cluster import ClusterView, PodFacts, pod_facts, service_info, slice_endpoints
 
 
 def slice_(address_type: str, *endpoints: dict[str, Any]) -> dict[str, Any]:

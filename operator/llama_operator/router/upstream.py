@@ -1,0 +1,206 @@
+"""Forwarding: the request to the pod the picker chooses (prefix affinity blended with load; for a LoRA
+adapter, a pod that holds it, preferably one with it in vLLM's batch), the response streamed back untouched.
+A refused connection (nothing sent yet) tries another pod, then the same ones again for a few seconds (a
+pod that just turned ready may not accept yet); never after a byte of the request went out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from llama_operator.router.cluster import ClusterView
+from llama_operator.router.intake import Body, error
+from llama_operator.router.load import PodLoad
+from llama_operator.router.metrics import RouterMetrics
+from llama_operator.router.picker import adapter_endpoints, pick, prompt_tokens_estimate
+from llama_operator.router.routing import HOP_BY_HOP, ServiceInfo, ServiceKey, forwarded_headers
+
+CONNECT_RETRY_SECONDS = 10.0  # a pod that just turned ready may refuse connections for a moment
+REFUSED_PAUSE_SECONDS = 0.2  # every pod refused: a pause before trying them again
+
+
+@dataclass
+class Request:
+    """What forwarding needs of one routed request."""
+
+    http: web.Request
+    body: Body
+    key: ServiceKey
+    affinity: int | None
+    adapter: str | None
+    held_since: float | None  # when it was first held (None: forwarded at once)
+    received: float | None  # when it arrived, to time the router's overhead (None: it was held)
+
+
+@dataclass
+class Tries:
+    """The pods that refused this request's connection, until the retry window ends."""
+
+    deadline: float
+    refused: set[str] = field(default_factory=set)
+
+    @property
+    def retry(self) -> bool:
+        return bool(self.refused)
+
+
+class Upstream:
+    def __init__(
+        self,
+        view: ClusterView,
+        load: PodLoad,
+        metrics: RouterMetrics,
+        *,
+        upstream_override: str | None,
+        first_token: Callable[[ServiceKey, float | None], None],
+    ) -> None:
+        self.view = view
+        self.load = load
+        self.metrics = metrics
+        self.upstream_override = upstream_override
+        self.first_token = first_token  # the wake's end, for a request that was held
+        self.session: aiohttp.ClientSession | None = None
+        self.connect_retry_seconds = CONNECT_RETRY_SECONDS
+        self.sequence = 0  # the picker's tiebreak
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            auto_decompress=False,
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def forward(self, req: Request) -> web.StreamResponse | None:
+        """The response relayed (or a 502 once no pod accepts within the retry window); None when the
+        service has no ready pod any more (its pods went away meanwhile): the caller holds it again."""
+        service = self.view.service(req.key)
+        tries = Tries(time.monotonic() + self.connect_retry_seconds)
+        prompt_tokens = prompt_tokens_estimate(req.body.parsed) if req.body.parsed is not None else 0
+        while True:
+            endpoint = self._choose(req, service, tries, prompt_tokens)
+            if endpoint is None:
+                return None
+            answer = await self._send(req, endpoint, prompt_tokens)
+            if isinstance(answer, web.StreamResponse):
+                return answer
+            streamed = req.body.data is None and req.body.stream is not None  # may be half read
+            tries.refused.add(endpoint)
+            if streamed or time.monotonic() > tries.deadline:
+                self.metrics.requests.labels(outcome="upstream_error").inc()
+                return error(502, f"upstream {endpoint}: {answer}")
+            if tries.refused >= set(self.view.endpoints(req.key)):
+                tries.refused.clear()
+                await asyncio.sleep(REFUSED_PAUSE_SECONDS)
+
+    def _choose(
+        self, req: Request, service: ServiceInfo | None, tries: Tries, prompt_tokens: int
+    ) -> str | None:
+        ready = self.view.endpoints(req.key)
+        endpoints = [ep for ep in ready if ep not in tries.refused] or ready
+        if req.adapter is not None and service is not None:
+            endpoints = self._adapter_candidates(
+                req.key, service, endpoints, req.adapter, count=not tries.retry
+            )
+        self.sequence += 1
+        load = self.load
+        chosen = pick(
+            endpoints,
+            load.inflight,
+            req.affinity,
+            saturated_at=service.max_num_seqs if service is not None else 0,
+            tiebreak=self.sequence,
+            queued=load.queued,
+            kv_full=frozenset(load.kv_full),
+            prefill=load.prefill,
+            prompt_tokens=prompt_tokens,
+            warm=load.recent_keys.seen(req.affinity),
+        )
+        if chosen is None:
+            return None
+        self.metrics.picks.labels(reason="retry" if tries.retry else chosen.reason).inc()
+        load.picked(chosen.endpoint, req.adapter)
+        return chosen.endpoint
+
+    def _adapter_candidates(
+        self, key: ServiceKey, service: ServiceInfo, endpoints: list[str], adapter: str, *, count: bool
+    ) -> list[str]:
+        """The pods that hold a LoRA adapter, those with it in vLLM's batch first while below their bound;
+        `count`: the pick's reason goes to the metrics (not again for a retry)."""
+        saturated_at = service.max_num_seqs
+        load = self.load
+        busy = {
+            ep
+            for ep in endpoints
+            if ep in load.kv_full
+            or (saturated_at and load.inflight[ep] + load.queued.get(ep, 0.0) >= saturated_at)
+        }
+        candidates, why = adapter_endpoints(
+            endpoints,
+            pod_of=self.view.endpoint_pods(key),
+            holders=service.holders(adapter),
+            active=load.active_adapters,
+            adapter=adapter,
+            busy=busy,
+        )
+        if count:
+            self.metrics.adapter_picks.labels(reason=why).inc()
+        return candidates
+
+    async def _send(self, req: Request, endpoint: str, prompt_tokens: int) -> web.StreamResponse | str:
+        """One try: the relayed response, or why the connection was refused (nothing was sent)."""
+        assert self.session is not None
+        base = self.upstream_override or f"http://{endpoint}"
+        with (
+            self.load.in_flight(endpoint, prompt_tokens) as answered,
+            self.metrics.inflight.track_inprogress(),
+        ):
+            data: Any = req.body.data if req.body.data is not None else req.body.stream
+            upstream_cm = self.session.request(
+                req.http.method,
+                f"{base}{req.http.rel_url}",
+                headers=forwarded_headers(dict(req.http.headers)),
+                data=data or None,
+                allow_redirects=False,
+            )
+            if req.received is not None:
+                self.metrics.overhead.observe(time.monotonic() - req.received)
+            try:
+                upstream = await upstream_cm.__aenter__()
+            except aiohttp.ClientConnectorError as err:
+                return str(err)
+            try:
+                return await self._relay(req, upstream, answered)
+            finally:
+                await upstream_cm.__aexit__(None, None, None)
+
+    async def _relay(
+        self, req: Request, upstream: aiohttp.ClientResponse, answered: Callable[[], None]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in upstream.headers.items():
+            if name.lower() not in HOP_BY_HOP:
+                response.headers.add(name, value)
+        await response.prepare(req.http)
+        first = True
+        async for chunk in upstream.content.iter_any():
+            if first:
+                first = False
+                answered()
+                self.first_token(req.key, req.held_since)
+            await response.write(chunk)
+        if first:
+            self.first_token(req.key, req.held_since)
+        await response.write_eof()
+        outcome = "forwarded" if req.held_since is None else "held_forwarded"
+        self.metrics.requests.labels(outcome=outcome).inc()
+        return response
