@@ -165,6 +165,34 @@ class RecordingUpstream:
         self.server.server_close()
 
 
+def router_stand_in(cluster: Cluster, namespace: str, service: str) -> None:
+    """The router's Deployment (two replicas) and Service as the chart makes them, in `namespace`, their pods
+    run by kwok: the operator routes a Service at zero to those pods, and scales to zero only while the
+    router has a ready one. The tests run the router itself as processes beside them."""
+    manifest = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {service}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app.kubernetes.io/name: llama-operator-activator}}}}
+  template:
+    metadata: {{labels: {{app.kubernetes.io/name: llama-operator-activator}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: cpu-1}}
+      containers:
+        - {{name: activator, image: llama-operator, ports: [{{name: http, containerPort: 8000}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {service}}}
+spec:
+  selector: {{app.kubernetes.io/name: llama-operator-activator}}
+  ports: [{{name: http, port: 8000, targetPort: http}}]
+"""
+    assert cluster.apply(manifest, namespace).returncode == 0
+
+
 def pod_ip(cluster: Cluster, name: str, namespace: str) -> str:
     def running() -> str | None:
         pod = cluster.get("pod", name, namespace) or {}

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fleet import FleetProcess
-from router_support import RecordingUpstream, Reply, RouterProcess, call
+from router_support import RecordingUpstream, Reply, RouterProcess, call, router_stand_in
 from support import Cluster, OperatorProcess, eventually, llamaservice_manifest, repo_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -43,6 +43,7 @@ def spaces(cluster: Cluster) -> Iterator[dict[str, str]]:
     names = {"service": f"resync-{suffix}", "router": f"router-{suffix}"}
     for ns in names.values():
         cluster.kubectl("create", "namespace", ns)
+    router_stand_in(cluster, names["router"], ROUTER_SERVICE)
     yield names
     for ns in names.values():
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

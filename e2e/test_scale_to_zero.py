@@ -43,6 +43,7 @@ import pytest
 
 from conftest import VLLM_API_KEY, VLLM_MODEL
 from fleet import FleetProcess
+from router_support import router_stand_in
 from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, wait_healthz
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -214,28 +215,7 @@ def activator_namespace(cluster: Cluster) -> Iterator[str]:
     """The activator's Deployment and Service as the chart makes them, its pods run by kwok."""
     ns = f"activator-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", ns)
-    manifest = f"""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {ACTIVATOR_SERVICE}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app.kubernetes.io/name: llama-operator-activator}}}}
-  template:
-    metadata: {{labels: {{app.kubernetes.io/name: llama-operator-activator}}}}
-    spec:
-      nodeSelector: {{kubernetes.io/hostname: cpu-1}}
-      containers:
-        - {{name: activator, image: llama-operator, ports: [{{name: http, containerPort: 8000}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {ACTIVATOR_SERVICE}}}
-spec:
-  selector: {{app.kubernetes.io/name: llama-operator-activator}}
-  ports: [{{name: http, port: 8000, targetPort: http}}]
-"""
-    assert cluster.apply(manifest, ns).returncode == 0
+    router_stand_in(cluster, ns, ACTIVATOR_SERVICE)
     yield ns
     cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
