@@ -144,6 +144,14 @@ def slice_endpoints(slice_: dict[str, Any]) -> list[tuple[str, int, str]]:
     return out
 
 
+def quiet_api_client() -> client.ApiClient:
+    """The kubeconfig's client without urllib3's own retries: the watches back off themselves, and each
+    retry of urllib3's wrote a warning (three a second per watch while the API server was away)."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
 def _nothing() -> None:
     return None
 
@@ -177,7 +185,7 @@ class ClusterView:
         self.sync = SyncState()
         self.report_failure: str | None = None  # why the last demand report failed; None once one works
         self.stopped = threading.Event()
-        self.api = api or client.ApiClient()
+        self.api = api or quiet_api_client()
 
     # --- reads ---------------------------------------------------------------------------------------
     def endpoints(self, key: ServiceKey) -> list[str]:

@@ -130,12 +130,10 @@ class SyncState:
         with self.lock:
             was = self.failing.get(name)
             self.failing[name] = (was[0] if was is not None else now, why)
-        if was is None:
+        if was is None:  # later failures change only the reason /readyz shows
             log.warning(
                 "watch %s: out of sync (%s); retrying with backoff, not ready until it lists", name, why
             )
-        elif was[1] != why:
-            log.info("watch %s: still out of sync, now: %s", name, why)
 
     @property
     def ready(self) -> bool:
