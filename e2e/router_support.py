@@ -18,14 +18,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from support import Cluster, eventually, free_port, wait_healthz
+from support import Cluster, OperatorProcess, eventually, free_port, wait_healthz
 
 
 @dataclass
@@ -165,6 +166,40 @@ class RecordingUpstream:
         self.server.server_close()
 
 
+class Process(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> object: ...
+
+
+P = TypeVar("P", bound=Process)
+
+
+@contextmanager
+def running(proc: P) -> Iterator[P]:
+    """A child process (the operator, a router, the fleet simulator) started, and stopped on the way out."""
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@contextmanager
+def namespaces(cluster: Cluster, **prefixes: str) -> Iterator[dict[str, str]]:
+    """Namespaces named by role (`router="router"` gives `{"router": "router-1a2b3c"}`), one suffix for the
+    lot, deleted on the way out."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {role: f"{prefix}-{suffix}" for role, prefix in prefixes.items()}
+    for ns in names.values():
+        cluster.kubectl("create", "namespace", ns)
+    try:
+        yield names
+    finally:
+        for ns in names.values():
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 def router_stand_in(cluster: Cluster, namespace: str, service: str) -> None:
     """The router's Deployment (two replicas) and Service as the chart makes them, in `namespace`, their pods
     run by kwok: the operator routes a Service at zero to those pods, and scales to zero only while the
@@ -191,6 +226,27 @@ spec:
   ports: [{{name: http, port: 8000, targetPort: http}}]
 """
     assert cluster.apply(manifest, namespace).returncode == 0
+
+
+def operator_for_zero(
+    cluster: Cluster, log_dir: Path, router_namespace: str, router_service: str, *, cold_start_seconds: int
+) -> OperatorProcess:
+    """The operator as the scale-to-zero tests run it: it routes a Service at zero to the router stand-in
+    and reads the routers' demand Leases in `router_namespace`; a new pod is Ready `cold_start_seconds`
+    after it runs (kwok); a 20 s signal window."""
+    return OperatorProcess(
+        cluster,
+        log_dir=log_dir,
+        extra_env={
+            "LLAMA_OPERATOR_ACTIVATOR_SERVICE": router_service,
+            "LLAMA_OPERATOR_ACTIVATOR_NAMESPACE": router_namespace,
+            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "2",
+            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": "20",
+            "LLAMA_OPERATOR_POD_ANNOTATIONS": json.dumps(
+                {"pod-ready.stage.kwok.x-k8s.io/delay": f"{cold_start_seconds}s"}
+            ),
+        },
+    )
 
 
 def pod_ip(cluster: Cluster, name: str, namespace: str) -> str:

@@ -15,18 +15,27 @@ still decides when a held request goes). The client calls from 127.0.0.1, truste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fleet import FleetProcess
-from router_support import RecordingUpstream, Reply, RouterProcess, call, router_stand_in
+from router_support import (
+    RecordingUpstream,
+    Reply,
+    RouterProcess,
+    call,
+    namespaces,
+    operator_for_zero,
+    router_stand_in,
+    running,
+)
 from support import Cluster, OperatorProcess, eventually, llamaservice_manifest, repo_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -39,50 +48,37 @@ ROUTER_SERVICE = "router"
 
 @pytest.fixture(scope="module")
 def spaces(cluster: Cluster) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:6]
-    names = {"service": f"resync-{suffix}", "router": f"router-{suffix}"}
-    for ns in names.values():
-        cluster.kubectl("create", "namespace", ns)
-    router_stand_in(cluster, names["router"], ROUTER_SERVICE)
-    yield names
-    for ns in names.values():
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    with namespaces(cluster, service="resync", router="router") as names:
+        router_stand_in(cluster, names["router"], ROUTER_SERVICE)
+        yield names
 
 
 @pytest.fixture(scope="module")
 def resync_operator(
     cluster: Cluster, spaces: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={
-            "LLAMA_OPERATOR_ACTIVATOR_SERVICE": ROUTER_SERVICE,
-            "LLAMA_OPERATOR_ACTIVATOR_NAMESPACE": spaces["router"],
-            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": "20",
-            "LLAMA_OPERATOR_POD_ANNOTATIONS": json.dumps(
-                {"pod-ready.stage.kwok.x-k8s.io/delay": f"{COLD_START_SECONDS}s"}
-            ),
-        },
-    )
-    proc.start()
-    yield proc
-    proc.stop()
+    with running(
+        operator_for_zero(
+            cluster,
+            tmp_path_factory.mktemp("operator"),
+            spaces["router"],
+            ROUTER_SERVICE,
+            cold_start_seconds=COLD_START_SECONDS,
+        )
+    ) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def fleet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetProcess]:
-    proc = FleetProcess(cluster.info, tmp_path_factory.mktemp("fleet"))
-    proc.start()
-    yield proc
-    proc.stop()
+    with running(FleetProcess(cluster.info, tmp_path_factory.mktemp("fleet"))) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[RecordingUpstream]:
-    up = RecordingUpstream()
-    yield up
-    up.close()
+    with contextlib.closing(RecordingUpstream()) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
@@ -110,25 +106,24 @@ def at_zero(
 
 @pytest.fixture(scope="module")
 def router(
-    cluster: Cluster,
-    spaces: dict[str, str],
     at_zero: str,
+    cluster: Cluster,
     upstream: RecordingUpstream,
+    spaces: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RouterProcess]:
     """A router, started only once the service is at zero (the first test times its start)."""
     proc = RouterProcess(
         cluster,
-        tmp_path_factory.mktemp("router"),
-        upstream=upstream.url,
+        log_dir=tmp_path_factory.mktemp("router"),
         own_namespace=spaces["router"],
+        upstream=upstream.url,
         listen_address="127.0.0.1",
         extra_args=["--trusted-source=127.0.0.1"],
         ready_timeout=60,
     )
-    proc.start()
-    yield proc
-    proc.stop()
+    with running(proc):
+        yield proc
 
 
 def ready_replicas(cluster: Cluster, ns: str) -> int:

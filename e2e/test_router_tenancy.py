@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from router_support import RecordingUpstream, Reply, RouterProcess, call, client_pod, on_loopback
+from router_support import RecordingUpstream, Reply, RouterProcess, call, client_pod, namespaces, on_loopback
 from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
@@ -32,13 +31,8 @@ ACTIVATION_REQUESTED = "llama-operator.dev/activation-requested-at"
 
 @pytest.fixture(scope="module")
 def spaces(cluster: Cluster) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:6]
-    names = {"a": f"team-a-{suffix}", "b": f"team-b-{suffix}", "router": f"router-{suffix}"}
-    for ns in names.values():
-        cluster.kubectl("create", "namespace", ns)
-    yield names
-    for ns in names.values():
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    with namespaces(cluster, a="team-a", b="team-b", router="router") as names:
+        yield names
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ import pytest
 
 from conftest import VLLM_API_KEY, VLLM_MODEL
 from fleet import FleetProcess
-from router_support import router_stand_in
+from router_support import operator_for_zero, router_stand_in
 from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, wait_healthz
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -224,18 +224,12 @@ def activator_namespace(cluster: Cluster) -> Iterator[str]:
 def zero_operator(
     cluster: Cluster, activator_namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
+    proc = operator_for_zero(
         cluster,
-        log_dir=tmp_path_factory.mktemp("operator"),
-        extra_env={
-            "LLAMA_OPERATOR_ACTIVATOR_SERVICE": ACTIVATOR_SERVICE,
-            "LLAMA_OPERATOR_ACTIVATOR_NAMESPACE": activator_namespace,
-            "LLAMA_OPERATOR_AUTOSCALE_INTERVAL_SECONDS": "2",
-            "LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS": "20",
-            "LLAMA_OPERATOR_POD_ANNOTATIONS": json.dumps(
-                {"pod-ready.stage.kwok.x-k8s.io/delay": f"{COLD_START_SECONDS}s"}
-            ),
-        },
+        tmp_path_factory.mktemp("operator"),
+        activator_namespace,
+        ACTIVATOR_SERVICE,
+        cold_start_seconds=COLD_START_SECONDS,
     )
     proc.start()
     yield proc
