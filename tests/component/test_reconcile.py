@@ -155,7 +155,7 @@ def operator_memo(api: client.ApiClient) -> kopf.Memo:
     memo.kube = Kube(api)
     memo.metrics = OperatorMetrics()
     memo.pod_monitor = False
-    memo.inference_pool = False
+    memo.inference_pool = None
     return memo
 
 

@@ -22,7 +22,10 @@ from pathlib import Path
 from llama_operator.api.conditions import ConditionStatus, ConditionType
 
 # Functions whose Event re-posts a condition's own reason: function name -> (condition type, status).
-FORWARDED_REASONS = {"degraded_event": ("Degraded", "True")}
+FORWARDED_REASONS = {
+    "degraded_event": ("Degraded", "True"),
+    "inference_pool_event": ("InferencePoolReady", "False"),
+}
 # Where Events already built are handed to the API (`reason=event.reason`): not a new reason.
 FORWARDING_CALLS = {"post_event"}
 

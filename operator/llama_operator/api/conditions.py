@@ -24,6 +24,8 @@ class ConditionType(StrEnum):
     SCALED_TO_ZERO = "ScaledToZero"
     # The nodes and the Karpenter NodePools' GPU limits hold fewer replicas than maxReplicas (or replicas).
     CAPACITY_LIMITED = "CapacityLimited"
+    # The Gateway API Inference Extension's pool: optional, so never part of Ready or Degraded.
+    INFERENCE_POOL_READY = "InferencePoolReady"
 
 
 class ConditionStatus(StrEnum):

@@ -23,6 +23,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from llama_operator.api.resource import InvalidSpecError, parse_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
+from llama_operator.desired.inference_pool import InferencePoolSchema
 from llama_operator.desired.labels import (
     ACTIVATION_REQUESTED_ANNOTATION,
     ENDPOINT_SLICE_MANAGER,
@@ -398,7 +399,12 @@ def crd_serves_v1(event_type: str | None, crd: Mapping[str, Any]) -> bool:
     return serves_v1 and established
 
 
-async def _optional_kind_changed(controller: Controller, attribute: str, kind: str, served: bool) -> None:
+def served_inference_pool(event_type: str | None, crd: Mapping[str, Any]) -> InferencePoolSchema | None:
+    """What the InferencePool CRD of this event accepts, None where its v1 kind is not usable."""
+    return InferencePoolSchema.from_crd(crd) if crd_serves_v1(event_type, crd) else None
+
+
+async def _optional_kind_changed(controller: Controller, attribute: str, kind: str, served: object) -> None:
     # The operator's memo, not the handler's: kopf hands each object's handlers a shallow copy of it.
     shared = controller.memo
     if served == getattr(shared, attribute):
@@ -436,7 +442,7 @@ async def inference_pool_crd_event(
     controller = memo.controller
     if controller.memo.settings.inference_pool == "auto":
         await _optional_kind_changed(
-            controller, "inference_pool", "InferencePool", crd_serves_v1(event.get("type"), body)
+            controller, "inference_pool", "InferencePool", served_inference_pool(event.get("type"), body)
         )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from llama_operator.api.settings import Settings
+    from llama_operator.desired.inference_pool import InferencePoolSchema
     from llama_operator.infra.kube import Kube
     from llama_operator.infra.metrics import Health, OperatorMetrics
     from llama_operator.infra.prometheus import PrometheusSignals
@@ -21,4 +22,5 @@ class OperatorMemo(Protocol):
     health: Health
     prometheus: PrometheusSignals
     pod_monitor: bool  # the PodMonitor kind is served (or config.podMonitor says always)
-    inference_pool: bool  # InferencePools are made (config.inferencePool auto and the v1 CRD is served)
+    # What the served InferencePool CRD accepts (config.inferencePool auto and the v1 CRD served), else None.
+    inference_pool: InferencePoolSchema | None

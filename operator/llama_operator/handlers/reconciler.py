@@ -28,7 +28,9 @@ from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.engine import engine_replanned_event
 from llama_operator.reconcile.execution import (
     Event,
+    ObjectRef,
     degraded_event,
+    inference_pool_event,
     report_execution,
     retry_delay_seconds,
 )
@@ -82,7 +84,7 @@ def compute_outcome(
         now=datetime.now(UTC),
         activator=activator_route(indexes.endpoint_slices),
         ready_replicas=int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0),
-        inference_pool=bool(getattr(memo, "inference_pool", False)),
+        inference_pool=getattr(memo, "inference_pool", None),
     )
 
 
@@ -148,6 +150,9 @@ def _reconcile(
     replanned = engine_replanned_event(before, status)
     if replanned is not None:
         result.events.append(replanned)
+    pool_event = inference_pool_event(before, status)
+    if pool_event is not None:
+        result.events.append(pool_event)
     degraded = degraded_event(before, status)
     if degraded is not None:
         result.events.insert(0, degraded)
@@ -206,7 +211,17 @@ def _converge(
         memo.metrics.wrote(kind, count)
     for rejection in report.rejections:
         memo.metrics.api_error(rejection.ref.kind, rejection.status)
-    status = report_execution(before, status, report, now=now, generation=meta.get("generation"))
+    pool = next(
+        (
+            ObjectRef(o["kind"], namespace, o["metadata"]["name"])
+            for o in desired.objects
+            if o["kind"] == "InferencePool"
+        ),
+        None,
+    )
+    status = report_execution(
+        before, status, report, now=now, generation=meta.get("generation"), inference_pool=pool
+    )
     status.update(
         rollout_status(
             {**before, **status},

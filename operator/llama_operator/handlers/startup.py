@@ -13,7 +13,13 @@ import kopf
 
 from llama_operator.autoscale.promql import SignalLabels
 from llama_operator.desired.labels import DEMAND_LABEL, SERVICE_LABEL
-from llama_operator.handlers.controller import Controller, ControllerMemo, start_controller
+from llama_operator.handlers.controller import (
+    INFERENCE_POOL_CRD,
+    Controller,
+    ControllerMemo,
+    served_inference_pool,
+    start_controller,
+)
 from llama_operator.handlers.indexes import Indexes
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.infra.config import load_settings
@@ -97,14 +103,19 @@ def configure(*, settings: kopf.OperatorSettings, memo: OperatorMemo, logger: ko
         PrometheusConnection.from_settings(memo.settings),
         SignalLabels(namespace=memo.settings.namespace_label, service=memo.settings.service_label),
     )
-    memo.inference_pool = memo.settings.inference_pool == "auto" and memo.kube.has_kind(
-        "inference.networking.k8s.io/v1", "InferencePool"
+    crd = (
+        memo.kube.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", namespace="", name=INFERENCE_POOL_CRD
+        )
+        if memo.settings.inference_pool == "auto"
+        else None
     )
+    memo.inference_pool = served_inference_pool(None, crd) if crd is not None else None
     logger.info(
         "settings: %s; PodMonitor: %s; InferencePool: %s",
         memo.settings.model_dump(),
         memo.pod_monitor,
-        memo.inference_pool,
+        memo.inference_pool or False,
     )
 
 

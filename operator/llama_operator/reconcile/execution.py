@@ -15,6 +15,7 @@ from llama_operator.api.conditions import (
     Condition,
     ConditionStatus,
     ConditionType,
+    ConditionUpdate,
     find_condition,
     set_conditions,
 )
@@ -92,6 +93,15 @@ def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
     return [Condition.model_validate(c) for c in raw]
 
 
+def _problem_message(conflicts: list[ObjectRef], rejections: list[Rejection]) -> str:
+    parts = []
+    if conflicts:
+        parts.append(conflict_message(conflicts))
+    if rejections:
+        parts.append(rejection_message(rejections))
+    return "; ".join(parts)
+
+
 def report_execution(
     previous_status: Mapping[str, Any] | None,
     status_patch: Mapping[str, Any],
@@ -99,49 +109,78 @@ def report_execution(
     *,
     now: datetime,
     generation: int | None,
+    inference_pool: ObjectRef | None = None,
 ) -> dict[str, Any]:
-    """Fold the report into the status patch: Degraded names every conflict and refusal."""
+    """Fold the report into the status patch: Degraded names every conflict and refusal, but those of the
+    InferencePool (`inference_pool`, where one was applied): an optional integration, reported in its own
+    InferencePoolReady condition, which says True once the pool is applied."""
     patch = dict(status_patch)
-    if report.clean:
+    updates: list[ConditionUpdate] = []
+    if inference_pool is not None:
+        pool_conflicts = [c for c in report.conflicts if c == inference_pool]
+        pool_rejections = [r for r in report.rejections if r.ref == inference_pool]
+        if pool_conflicts or pool_rejections:
+            reason = NAME_CONFLICT if pool_conflicts else APPLY_REJECTED
+            message = _problem_message(pool_conflicts, pool_rejections)
+            updates.append((ConditionType.INFERENCE_POOL_READY, ConditionStatus.FALSE, reason, message))
+        else:
+            applied = f"{inference_pool} is applied"
+            updates.append((ConditionType.INFERENCE_POOL_READY, ConditionStatus.TRUE, "Applied", applied))
+    conflicts = [c for c in report.conflicts if c != inference_pool]
+    rejections = [r for r in report.rejections if r.ref != inference_pool]
+    degraded = bool(conflicts or rejections)
+    if degraded:
+        reason = NAME_CONFLICT if conflicts else APPLY_REJECTED
+        message = _problem_message(conflicts, rejections)
+        updates.append((ConditionType.DEGRADED, ConditionStatus.TRUE, reason, message))
+    if not updates:
         return patch
-    parts = []
-    if report.conflicts:
-        parts.append(conflict_message(report.conflicts))
-    if report.rejections:
-        parts.append(rejection_message(report.rejections))
-    reason = NAME_CONFLICT if report.conflicts else APPLY_REJECTED
     base = [Condition.model_validate(c) for c in patch.get("conditions") or []] or _conditions(
         previous_status
     )
-    conditions = set_conditions(
-        base,
-        [(ConditionType.DEGRADED, ConditionStatus.TRUE, reason, "; ".join(parts))],
-        now=now,
-        generation=generation,
-    )
-    patch["conditions"] = [c.to_wire() for c in conditions]
-    patch["phase"] = Phase.DEGRADED.value
+    patch["conditions"] = [c.to_wire() for c in set_conditions(base, updates, now=now, generation=generation)]
+    if degraded:
+        patch["phase"] = Phase.DEGRADED.value
     return patch
+
+
+def _newly(
+    previous_status: Mapping[str, Any] | None,
+    status_patch: Mapping[str, Any],
+    condition: ConditionType,
+    status: ConditionStatus,
+) -> Condition | None:
+    """The patch's `condition` where it has `status` anew or for another reason than before: a problem that
+    persists across reconciles and retries is reported once, not at every attempt."""
+    after = find_condition(
+        [Condition.model_validate(c) for c in status_patch.get("conditions") or []], condition
+    )
+    if after is None or after.status != status:
+        return None
+    before = find_condition(_conditions(previous_status), condition)
+    if (
+        before is not None
+        and before.status == status
+        and (before.reason, before.message) == (after.reason, after.message)
+    ):
+        return None
+    return after
 
 
 def degraded_event(
     previous_status: Mapping[str, Any] | None, status_patch: Mapping[str, Any]
 ) -> Event | None:
-    """One Warning Event when the patch makes the LlamaService Degraded anew or for another reason: a
-    problem that persists across reconciles and retries is reported once, not at every attempt."""
-    after = find_condition(
-        [Condition.model_validate(c) for c in status_patch.get("conditions") or []], ConditionType.DEGRADED
-    )
-    if after is None or after.status != ConditionStatus.TRUE:
-        return None
-    before = find_condition(_conditions(previous_status), ConditionType.DEGRADED)
-    if (
-        before is not None
-        and before.status == ConditionStatus.TRUE
-        and (before.reason, before.message) == (after.reason, after.message)
-    ):
-        return None
-    return Event(reason=after.reason, message=after.message)
+    """One Warning Event when the patch makes the LlamaService Degraded anew or for another reason."""
+    after = _newly(previous_status, status_patch, ConditionType.DEGRADED, ConditionStatus.TRUE)
+    return None if after is None else Event(reason=after.reason, message=after.message)
+
+
+def inference_pool_event(
+    previous_status: Mapping[str, Any] | None, status_patch: Mapping[str, Any]
+) -> Event | None:
+    """One Warning Event when the patch says, anew or for another reason, that no InferencePool serves."""
+    after = _newly(previous_status, status_patch, ConditionType.INFERENCE_POOL_READY, ConditionStatus.FALSE)
+    return None if after is None else Event(reason=after.reason, message=after.message)
 
 
 def retry_delay_seconds(attempt: int, *, base: float = 15.0, cap: float = 600.0) -> float:

@@ -20,7 +20,11 @@ from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_me
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
 from llama_operator.catalog.accelerators import catalog_from_settings
-from llama_operator.desired.inference_pool import build_inference_pool
+from llama_operator.desired.inference_pool import (
+    InferencePoolSchema,
+    build_inference_pool,
+    inference_pool_unavailable,
+)
 from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
 from llama_operator.planning.config import PlanningConfig
@@ -29,6 +33,8 @@ from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.planner import plan_service
 from llama_operator.planning.provisioning import replica_capacity
 from llama_operator.reconcile.engine import ReplanPolicy, engine_plan, value_at
+
+PICKER_REQUIRED = "EndpointPickerRequired"  # InferencePoolReady's reason: the served CRD needs a picker
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ def reconcile(
     now: datetime,
     activator: ActivatorRoute | None = None,
     ready_replicas: int = 0,
-    inference_pool: bool = False,
+    inference_pool: InferencePoolSchema | None = None,
 ) -> ReconcileOutcome:
     """Decide the objects and the status for a LlamaService as the API server holds it. `activator`: where
     a scaled-to-zero LlamaService's traffic goes while none of its `ready_replicas` serves."""
@@ -134,17 +140,25 @@ def reconcile(
     desired = build_desired_state(
         svc, plan, settings, pod_monitor=pod_monitor, activator=activator, ready_replicas=ready_replicas
     )
-    if inference_pool:  # the Gateway API Inference Extension's CRD is served: gateways route to this pool
-        desired.objects.append(build_inference_pool(svc, settings))
-    conditions = set_conditions(
-        conditions,
-        [
-            (ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}"),
-            *_capacity_condition(svc, plan, inventory, conditions),
-        ],
-        now=now,
-        generation=generation,
-    )
+    updates: list[ConditionUpdate] = [
+        (ConditionType.DEGRADED, ConditionStatus.FALSE, "Planned", f"planned {plan.display_name}"),
+        *_capacity_condition(svc, plan, inventory, conditions),
+    ]
+    # The Gateway API Inference Extension's CRD is served: gateways route to this pool. An optional
+    # integration: what keeps it from being made is its own condition (report_execution sets it once the
+    # pool is applied), never the service's Degraded.
+    if inference_pool is None:
+        conditions = [c for c in conditions if c.type != ConditionType.INFERENCE_POOL_READY]
+    else:
+        pool = build_inference_pool(svc, settings, inference_pool)
+        if pool is not None:
+            desired.objects.append(pool)
+        unavailable = inference_pool_unavailable(settings, inference_pool)
+        if unavailable is not None:
+            updates.append(
+                (ConditionType.INFERENCE_POOL_READY, ConditionStatus.FALSE, PICKER_REQUIRED, unavailable)
+            )
+    conditions = set_conditions(conditions, updates, now=now, generation=generation)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": _wire(conditions),
