@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,14 +35,6 @@ def install_crd(cluster: Cluster, version: str) -> None:
     cluster.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s")
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILES[version]))
     cluster.wait_crd_established(CRD_NAME)
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    ns = f"pools-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", ns)
-    yield ns
-    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
