@@ -65,6 +65,16 @@ def events(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     return items
 
 
+def pool_condition(cluster: Cluster, namespace: str, status: str) -> dict[str, Any]:
+    """chat's InferencePoolReady condition, once it has `status`."""
+
+    def found() -> dict[str, Any] | None:
+        condition = cluster.condition("chat", namespace, "InferencePoolReady")
+        return condition if condition and condition["status"] == status else None
+
+    return eventually(f"InferencePoolReady {status}", found, 60)
+
+
 def ready_and_not_degraded(cluster: Cluster, name: str, namespace: str) -> bool:
     ready = cluster.condition(name, namespace, "Ready") or {}
     degraded = cluster.condition(name, namespace, "Degraded") or {}
@@ -80,11 +90,7 @@ def test_a_crd_that_requires_a_picker_gets_no_pool_and_the_service_stays_healthy
     try:
         assert cluster.apply(llamaservice_manifest("chat", accelerator=MIG), namespace).returncode == 0
 
-        def pool_condition() -> dict[str, Any] | None:
-            found = cluster.condition("chat", namespace, "InferencePoolReady")
-            return found if found and found["status"] == "False" else None
-
-        condition = eventually("InferencePoolReady False", pool_condition, 60)
+        condition = pool_condition(cluster, namespace, "False")
         assert condition["reason"] == "EndpointPickerRequired", condition
         assert version in condition["message"] and "inferencePoolEndpointPicker" in condition["message"]
         eventually(
@@ -114,11 +120,7 @@ def test_a_pool_with_only_the_fields_the_crd_knows_is_written_once(
         assert pool["spec"]["endpointPickerRef"]["name"] == "vllm-epp"
         assert ("appProtocol" in pool["spec"]) is app_protocol, pool["spec"]
 
-        def pool_ready() -> dict[str, Any] | None:
-            found = cluster.condition("chat", namespace, "InferencePoolReady")
-            return found if found and found["status"] == "True" else None
-
-        eventually("InferencePoolReady True", pool_ready, 60)
+        pool_condition(cluster, namespace, "True")
         eventually(
             "chat Ready and not Degraded", lambda: ready_and_not_degraded(cluster, "chat", namespace), 90
         )
@@ -147,11 +149,7 @@ def test_a_pool_the_api_server_refuses_leaves_the_service_healthy(
     try:
         assert cluster.apply(llamaservice_manifest("chat", accelerator=MIG), namespace).returncode == 0
 
-        def pool_condition() -> dict[str, Any] | None:
-            found = cluster.condition("chat", namespace, "InferencePoolReady")
-            return found if found and found["status"] == "False" else None
-
-        condition = eventually("InferencePoolReady False", pool_condition, 60)
+        condition = pool_condition(cluster, namespace, "False")
         assert condition["reason"] == "NameConflict" and "InferencePool" in condition["message"], condition
         eventually(
             "chat Ready and not Degraded", lambda: ready_and_not_degraded(cluster, "chat", namespace), 90
