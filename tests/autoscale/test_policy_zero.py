@@ -91,7 +91,7 @@ def test_several_idle_replicas_all_go_at_once_after_the_idle_time() -> None:
 
 
 def test_no_data_never_counts_as_idle() -> None:
-    no_data = Signals.no_data(ready_replicas=1, starting_replicas=0, current_replicas=1)
+    no_data = Signals.no_data(ready_replicas=1, starting_replicas=0, current_replicas=1, window_seconds=20.0)
     no_data = replace(no_data, activator_available=True)
     decisions = run(SPEC, [(t, no_data) for t in range(0, 1000, 5)], AutoscalerState())
     assert {d.desired_replicas for d in decisions} == {1}
@@ -133,7 +133,8 @@ def test_min_replicas_one_never_goes_to_zero() -> None:
 
 def test_at_zero_it_stays_there_without_demand_and_reports_no_missing_metrics() -> None:
     at_zero = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0), activator_available=True
+        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0, window_seconds=20.0),
+        activator_available=True,
     )
     state = AutoscalerState(scaled_to_zero_time=100.0)
     decisions = run(SPEC, [(t, at_zero) for t in range(105, 600, 5)], state)
@@ -144,7 +145,8 @@ def test_at_zero_it_stays_there_without_demand_and_reports_no_missing_metrics() 
 def test_a_held_request_wakes_one_replica_once() -> None:
     state = AutoscalerState(scaled_to_zero_time=100.0)
     at_zero = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0), activator_available=True
+        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0, window_seconds=20.0),
+        activator_available=True,
     )
     # A report from before the last replica went was answered then: it wakes nothing.
     assert decide(SPEC, replace(at_zero, demand_time=90.0), state, 200.0).desired_replicas == 0
@@ -154,7 +156,7 @@ def test_a_held_request_wakes_one_replica_once() -> None:
     assert "activator holds a request" in woken.reason
     # Two activators report the same demand again while the replica starts: still one replica.
     starting = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1),
+        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1, window_seconds=20.0),
         activator_available=True,
         demand_time=203.0,
     )
@@ -166,7 +168,7 @@ def test_a_held_request_wakes_one_replica_once() -> None:
 
 
 def test_at_zero_without_an_activator_comes_back_to_one() -> None:
-    at_zero = Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0)
+    at_zero = Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0, window_seconds=20.0)
     decision = decide(SPEC, at_zero, AutoscalerState(scaled_to_zero_time=1.0), 10.0)
     assert decision.desired_replicas == 1
     assert "no activator" in decision.reason
@@ -181,7 +183,8 @@ def test_load_after_waking_is_sized_as_usual() -> None:
 
 def test_a_woken_replica_finds_the_held_backlog_its_to_drain_but_a_first_start_does_not() -> None:
     starting = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1), activator_available=True
+        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1, window_seconds=20.0),
+        activator_available=True,
     )
     woken = decide(SPEC, starting, AutoscalerState(activation_requested_time=10.0), 20.0)
     assert woken.state.last_starting_time == 20.0
@@ -193,7 +196,7 @@ def test_a_woken_replica_finds_the_held_backlog_its_to_drain_but_a_first_start_d
 def _pending_wake(woken_at: float, demand_at: float) -> tuple[Signals, AutoscalerState]:
     """Woken from zero at `woken_at`; its one pod never became ready (Pending: no GPU free)."""
     pending = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1),
+        Signals.no_data(ready_replicas=0, starting_replicas=1, current_replicas=1, window_seconds=20.0),
         activator_available=True,
         demand_time=demand_at,
     )
@@ -215,11 +218,21 @@ def test_a_wake_nobody_waits_for_any_more_returns_to_zero() -> None:
     assert given_up.state.scaled_to_zero_time == 100.0 + timeout + 1
     # The next request wakes it again (a report after the service went back to zero).
     at_zero = replace(
-        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0),
+        Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0, window_seconds=20.0),
         activator_available=True,
         demand_time=100.0 + timeout + 5,
     )
     assert decide(SPEC, at_zero, given_up.state, 100.0 + timeout + 6).desired_replicas == 1
+
+
+def test_a_failed_wake_returns_to_zero_one_signal_window_after_its_last_held_request() -> None:
+    """The last held request was reported just before it had its 503 (activationTimeoutSeconds after the
+    wake): back to zero once that report is a signal window old (20 s here), not a fixed minute."""
+    timeout = SPEC.activation_timeout_seconds
+    pending, state = _pending_wake(woken_at=100.0, demand_at=100.0 + timeout - 1)
+    assert pending.window_seconds == 20.0
+    assert decide(SPEC, pending, state, 100.0 + timeout + 15).desired_replicas == 1
+    assert decide(SPEC, pending, state, 100.0 + timeout + 20).desired_replicas == 0
 
 
 def test_a_wake_with_requests_still_held_keeps_waking() -> None:

@@ -303,3 +303,24 @@ def test_a_service_held_blind_is_decided_again_only_when_an_input_changes(
     body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
     autoscale_cycle(made, fleet, memory, now=NOW + 40)
     assert decided[-1] == NOW + 40
+
+
+def test_the_objective_exported_is_the_services_own_else_the_platforms() -> None:
+    """spec.autoscaling.slo.objective where stated, else the operator's config.sloObjective: the series the
+    alerts and the dashboard read (llama_operator_slo_objective_ratio), with the service's objectiveWindow."""
+    kube = RecordingKube(refuse=set())
+    fleet, made = indexes(["alpha", "beta"], 2, kube), memo(kube)
+    made.settings = Settings(slo_objective=0.97)
+    kube.bodies["beta"]["spec"]["autoscaling"]["slo"] = {"objective": 0.9, "objectiveWindow": "7d"}
+    autoscale_cycle(made, fleet, AutoscalerMemory(), now=NOW)
+    exposed = made.metrics.exposition().decode()
+    assert 'llama_operator_slo_objective_ratio{llamaservice="alpha",namespace="team"} 0.97' in exposed
+    assert 'llama_operator_slo_objective_ratio{llamaservice="beta",namespace="team"} 0.9' in exposed
+    assert (
+        'llama_operator_slo_objective_window_seconds{llamaservice="alpha",namespace="team"} 2.4192e+06'
+        in (exposed)
+    )
+    assert (
+        'llama_operator_slo_objective_window_seconds{llamaservice="beta",namespace="team"} 604800.0'
+        in exposed
+    )

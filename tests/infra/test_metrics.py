@@ -42,7 +42,8 @@ def seen(**changes: object) -> ServiceObservation:
         "max_replicas": 5,
         "ttft_seconds": 0.42,
         "slo_ttft_seconds": 1.0,
-        "slo_percentile": 95.0,
+        "slo_objective": 0.99,
+        "slo_objective_window_seconds": 28 * 86400.0,
         "slo_met": True,
         "no_data_seconds": 0.0,
     }
@@ -88,8 +89,9 @@ def test_a_cycle_sets_the_service_series_and_a_changed_slo_moves_its_bucket() ->
     assert value(metrics, "llama_operator_ttft_observed_seconds", **CHAT) == 0.42
     assert value(metrics, "llama_operator_slo_met", **CHAT) == 1
     assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="1.0") == 1
-    # The objective as a ratio, as Prometheus conventions want (not 95).
-    assert value(metrics, "llama_operator_slo_objective_ratio", **CHAT) == 0.95
+    # The objective (spec.autoscaling.slo.objective) as a ratio, as Prometheus conventions want (not 99).
+    assert value(metrics, "llama_operator_slo_objective_ratio", **CHAT) == 0.99
+    assert value(metrics, "llama_operator_slo_objective_window_seconds", **CHAT) == 28 * 86400
     assert value(metrics, "llama_operator_slo_tpot_bound_info", **CHAT, bound="0.05") is None
     metrics.observe(seen(slo_ttft_seconds=0.5, ttft_seconds=None, slo_met=None, slo_tpot_seconds=0.06))
     assert value(metrics, "llama_operator_slo_ttft_bound_info", **CHAT, bound="1.0") is None

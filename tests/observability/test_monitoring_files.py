@@ -52,7 +52,8 @@ def exposed_operator_series() -> set[str]:
             max_replicas=4,
             ttft_seconds=0.4,
             slo_ttft_seconds=0.5,
-            slo_percentile=95.0,
+            slo_objective=0.99,
+            slo_objective_window_seconds=28 * 86400.0,
             slo_met=True,
             no_data_seconds=0.0,
             slo_tpot_seconds=0.05,
@@ -201,6 +202,30 @@ def test_the_burn_windows_are_the_sre_workbooks() -> None:
         )
 
 
+def test_the_alerts_and_the_dashboard_read_the_services_own_objective() -> None:
+    """One objective per service (spec.autoscaling.slo.objective, exported by the operator): the burn-rate
+    alerts' error budget and the dashboard's attainment, burn-rate and budget panels all read that series,
+    and the budget panel the service's own objectiveWindow; no rule or panel states an objective of its own."""
+    (budget,) = [rule for rule in r.recording_rules() if rule.get("record") == r.ERROR_BUDGET]
+    assert budget["expr"].strip() == f"1 - max by ({names.BY_SERVICE}) ({names.OP_SLO_OBJECTIVE})"
+    for alert in r.alerting_rules(r.default_params()):
+        if alert["alert"] in (r.BUDGET_BURN, r.TPOT_BUDGET_BURN):
+            assert (
+                r.ERROR_BUDGET in alert["expr"] and "objective allows" in alert["annotations"]["description"]
+            )
+    by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in panels()}
+    for title in ("Requests within the TTFT SLO", "TTFT error budget burn rate (1h)"):
+        assert names.OP_SLO_OBJECTIVE in by_title[title], title
+    lasts = by_title["TTFT error budget: days it lasts at the 1h burn"]
+    assert names.OP_SLO_OBJECTIVE in lasts and names.OP_SLO_WINDOW in lasts
+    budget_panels = [
+        lasts,
+        by_title["Requests within the TTFT SLO"],
+        by_title["TTFT error budget burn rate (1h)"],
+    ]
+    assert not re.search(r"0\.9[59]\b", " ".join(budget_panels))
+
+
 def test_the_rule_file_is_yaml_of_the_generated_groups() -> None:
     assert yaml.safe_load(r.render_rule_file()) == {"groups": r.rule_groups(r.default_params())}
 
@@ -220,7 +245,9 @@ def test_no_operator_series_poses_as_a_histogram() -> None:
     """An `le` label or a _bucket name belongs to histograms only (promtool check metrics says so)."""
     metrics = OperatorMetrics()
     metrics.observe(
-        ServiceObservation("team-a", "chat", 1, 1, 1, 1, 2, 0.4, 0.5, 95.0, True, 0.0, slo_tpot_seconds=0.05)
+        ServiceObservation(
+            "team-a", "chat", 1, 1, 1, 1, 2, 0.4, 0.5, 0.99, 28 * 86400.0, True, 0.0, slo_tpot_seconds=0.05
+        )
     )
     for family in text_string_to_metric_families(metrics.exposition().decode()):
         for sample in family.samples:

@@ -56,7 +56,7 @@ def test_the_condition_follows_idle_zero_and_the_wake() -> None:
     assert condition(to_zero, "ScaledToZero")["reason"] == "Idle"
     assert [e.reason for e in to_zero.events] == ["Scaled"]
 
-    at_zero = Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0)
+    at_zero = Signals.no_data(ready_replicas=0, starting_replicas=0, current_replicas=0, window_seconds=20.0)
     at_zero = replace(at_zero, activator_available=True)
     state = AutoscalerState.model_validate(to_zero.status_patch["autoscaling"]["state"])
     held = outcome(to_zero.status_patch, at_zero, state, 70.0)

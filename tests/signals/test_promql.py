@@ -84,6 +84,14 @@ def test_failed_query_is_no_data() -> None:
     assert assemble_signals(results, {A: view()}, L, window_seconds=60)[A].status is SignalStatus.NO_DATA
 
 
+def test_no_data_keeps_the_configured_signal_window() -> None:
+    """A service without metrics (a wake whose pod never came up) is judged over the configured window
+    too: the activator's last report of a held request counted as recent for a fixed 60 s instead of the
+    20 s configured, so a failed wake went back to zero 90 s after it rather than about 30 s."""
+    no_data = assemble_signals({}, {A: view()}, L, window_seconds=20)[A]
+    assert no_data.status is SignalStatus.NO_DATA and no_data.window_seconds == 20
+
+
 def test_percentile_per_service_from_one_bucket_query() -> None:
     per_bucket = {"0.1": 50, "0.5": 40, "1.0": 9, "+Inf": 1}
     results = {

@@ -141,24 +141,24 @@ class MetricsView:
             burst_window_seconds=span,
         )
 
+    def _no_data(self, window: float) -> Signals:
+        return Signals.no_data(
+            ready_replicas=self.ready_replicas,
+            starting_replicas=self.starting_replicas,
+            current_replicas=self.current_replicas,
+            window_seconds=window,
+        )
+
     def _prometheus_signals(self, now: float, window: float, percentile: float) -> Signals:
         latest = self._scrape_at(now)
         earlier = self._scrape_at(now - window)
         if latest is None or latest.ready == 0:
-            return Signals.no_data(
-                ready_replicas=self.ready_replicas,
-                starting_replicas=self.starting_replicas,
-                current_replicas=self.current_replicas,
-            )
+            return self._no_data(window)
         if earlier is None or earlier.time >= latest.time:
             earlier = self.snapshots[0]
         span = latest.time - earlier.time
         if span <= 0:
-            return Signals.no_data(
-                ready_replicas=self.ready_replicas,
-                starting_replicas=self.starting_replicas,
-                current_replicas=self.current_replicas,
-            )
+            return self._no_data(window)
         first_tokens = latest.first_tokens_total - earlier.first_tokens_total
         deltas = [a - b for a, b in zip(latest.ttft_bucket_counts, earlier.ttft_bucket_counts, strict=True)]
         ttft = histogram_quantile(percentile / 100.0, cumulative_buckets(VLLM_TTFT_BUCKETS, deltas))

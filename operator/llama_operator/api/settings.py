@@ -8,7 +8,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from llama_operator.api.spec import ACCELERATOR_NAME_PATTERN, BUILTIN_TYPES, MIG_PROFILE_PATTERN
+from llama_operator.api.spec import (
+    ACCELERATOR_NAME_PATTERN,
+    BUILTIN_TYPES,
+    DEFAULT_SLO_OBJECTIVE,
+    MIG_PROFILE_PATTERN,
+)
 
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "llama-operator.dev/")
 # The same rule in the chart's values schema, so that `helm install` refuses it too.
@@ -395,6 +400,16 @@ class Settings(BaseModel):
             ge=INTERVAL_FLOOR_SECONDS,
         ),
     ] = SIGNAL_WINDOW_SECONDS
+    slo_objective: Annotated[
+        float,
+        Field(
+            description="The platform's default SLO objective: the share of requests that must meet a "
+            "LlamaService's TTFT (and TPOT) objective where its spec.autoscaling.slo.objective is unset. The "
+            "burn-rate alerts, the dashboard and the autoscaler read the objective in force per service.",
+            ge=0.5,
+            le=0.9999,
+        ),
+    ] = DEFAULT_SLO_OBJECTIVE
     burst_window_seconds: Annotated[
         float,
         Field(

@@ -438,6 +438,12 @@ class EngineSpec(WireModel):
         return None if v == "auto" else v
 
 
+# An objective window in whole days, 1 to 366.
+OBJECTIVE_WINDOW_PATTERN = r"^([1-9][0-9]?|[12][0-9][0-9]|3[0-5][0-9]|36[0-6])d$"
+# The platform's objective where neither the LlamaService nor the operator's config states one.
+DEFAULT_SLO_OBJECTIVE = 0.99
+
+
 class SLOSpec(WireModel):
     """The latency objective autoscaling keeps."""
 
@@ -473,6 +479,37 @@ class SLOSpec(WireModel):
         float,
         Field(description="Target of waiting requests per ready replica.", gt=0, le=10_000),
     ] = 4
+    # The promise (what an SLA counts): the share of requests whose TTFT (and TPOT) meets the objective over
+    # objectiveWindow. The burn-rate alerts, the dashboard's error budget and the policy all read this one
+    # field (through llama_operator_slo_objective_ratio for the first two).
+    objective: Annotated[
+        float | None,
+        Field(
+            description="Share of requests that must meet the TTFT (and TPOT) objective over objectiveWindow, "
+            "e.g. 0.99: the error budget is the rest (1%). The burn-rate alerts page on it, the dashboard "
+            "shows it, and the autoscaler sizes replicas for it (a looser objective costs fewer GPU-hours). "
+            "Unset: the platform's default (the operator's config.sloObjective, 0.99 unless the chart sets "
+            "another).",
+            ge=0.5,
+            le=0.9999,
+        ),
+    ] = None
+    objective_window: Annotated[
+        str,
+        Field(
+            description="The window the objective is kept over, in days (28d: four whole weeks, so every "
+            "weekday counts alike). The burn-rate alerts and the dashboard measure how fast its budget goes.",
+            pattern=OBJECTIVE_WINDOW_PATTERN,
+        ),
+    ] = "28d"
+
+    @property
+    def objective_window_seconds(self) -> float:
+        return float(self.objective_window.removesuffix("d")) * 86_400.0
+
+    def objective_ratio(self, default: float) -> float:
+        """The objective in force: the spec's, else the platform's `default` (Settings.slo_objective)."""
+        return self.objective if self.objective is not None else default
 
 
 class AutoscalingSpec(WireModel):
@@ -669,6 +706,15 @@ class LlamaServiceSpec(WireModel):
     def active_autoscaling(self) -> AutoscalingSpec | None:
         """The autoscaling in force: None when absent or disabled (spec.replicas then fixes the count)."""
         return self.autoscaling if self.autoscaling_enabled else None
+
+    def with_default_objective(self, default: float) -> LlamaServiceSpec:
+        """The spec with the platform's SLO objective (Settings.slo_objective) where it states none, so that
+        the policy, the status and the metrics read one objective per service."""
+        autoscaling = self.autoscaling
+        if autoscaling is None or autoscaling.slo.objective is not None:
+            return self
+        slo = autoscaling.slo.model_copy(update={"objective": default})
+        return self.model_copy(update={"autoscaling": autoscaling.model_copy(update={"slo": slo})})
 
     @property
     def scales_to_zero(self) -> bool:

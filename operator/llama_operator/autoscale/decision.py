@@ -40,10 +40,13 @@ class PolicyTuning:
     # prefill shares its steps with the running decodes (chunked prefill), so it takes longer than its
     # tokens over the prefill capacity.
     prompt_tail_headroom: float | None = 0.9
-    # Replicas are sized so that this share of the SLO's tail (1 % of requests for a p95 SLO) waits past
-    # the budget. Each one-minute window's percentile is a sample of a few hundred requests: sized at
-    # exactly the SLO's tail, about half the windows of a steady load end above it.
-    window_tail_share: float = 0.2
+    # Replicas are sized so that this share of the objective's error budget (1 - spec.slo.objective: 1 % of
+    # requests at 0.99) waits past the wait budget (headroom * SLO less the prefill). The objective is the
+    # promise, so a looser one buys fewer replicas. At the default 0.99 and a p95 SLO this is the 1 % that
+    # sizing for a fifth of the percentile's tail gave before: each one-minute window's percentile is a
+    # sample of a few hundred requests, and sized at exactly the percentile's tail about half the windows of
+    # a steady load ended above it.
+    budget_tail_share: float = 1.0
     # The burst response (Knative's panic mode in spirit): the load of the burst window (a scrape or two,
     # Signals.burst_*), less this many Poisson standard deviations of its count, sizes the replicas at
     # once when it needs more than the rate window's load and the replicas there are, and holds the

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, replace
 
 from llama_operator.api.autoscaling import AutoscalerState
-from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.api.spec import DEFAULT_SLO_OBJECTIVE, AutoscalingSpec
 from llama_operator.autoscale.calibration import (
     calibrated_capacity_prior,
     calibrated_model,
@@ -312,8 +312,8 @@ def _calibrate_capacity(
 def replicas_by_queueing(
     spec: AutoscalingSpec, signals: Signals, capacity: float, tuning: PolicyTuning
 ) -> int:
-    """M/M/c: replicas keeping P(wait > headroom * SLO - mean prefill) under 1 - percentile, and the
-    utilization ceiling."""
+    """M/M/c: replicas keeping P(wait > headroom * SLO - mean prefill) under the objective's error budget
+    (1 - spec.slo.objective), and the utilization ceiling."""
     slo = spec.slo
     service = signals.prompt_token_rate / signals.request_rate / capacity
     wait_budget = max(slo.ttft_seconds * tuning.slo_headroom - service, 0.0)
@@ -324,7 +324,7 @@ def replicas_by_queueing(
         wait_budget = min(
             wait_budget, max(slo.ttft_seconds * tuning.prompt_tail_headroom - long_prompt / capacity, 0.0)
         )
-    tail = (1.0 - slo.percentile / 100.0) * tuning.window_tail_share
+    tail = (1.0 - slo.objective_ratio(DEFAULT_SLO_OBJECTIVE)) * tuning.budget_tail_share
     limit = max(spec.max_replicas * 4, 16)
     by_queueing = replicas_for_wait(signals.request_rate, service, wait_budget, tail, limit)
     by_utilization = math.ceil(signals.prompt_token_rate / (capacity * tuning.max_utilization))

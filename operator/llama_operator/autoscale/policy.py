@@ -5,7 +5,7 @@ Pure and deterministic: time is an argument, everything remembered between evalu
 and in the simulator.
 
 Scale-up is sized from the load in one step: an M/M/c estimate of the replicas that keep
-P(queue wait > headroom * SLO - mean prefill time) under a share of 1 - percentile (window_tail_share)
+P(queue wait > headroom * SLO - mean prefill time) under the objective's error budget (1 - objective)
 at the observed request rate and mean prompt length, each replica's prefill capacity calibrated online
 around the catalog's figure; with floors from the backlog (drained within a bounded time), the user's
 queue-per-replica target and KV-cache usage. The need is absolute, so replicas still starting
@@ -50,9 +50,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.api.times import rfc3339
 from llama_operator.autoscale.calibration import calibrate
 from llama_operator.autoscale.decision import DEFAULT_TUNING, Decision, PolicyTuning
 from llama_operator.autoscale.need import Burst, idle_need, load_need, observe_burst, update_capacity
@@ -82,13 +84,15 @@ def decide(
 ) -> Decision:
     """Desired replicas for one LlamaService, from this cycle's signals and the remembered state.
 
-    A count past the bounds was decided by nobody (a hand scale, `kubectl scale`): the policy decides as
-    if the Deployment still had the count it last decided, so the hand value is never taken as demand,
-    and the result replaces it at once, whatever the windows and intervals say."""
+    A count the autoscaler did not decide (a hand scale, `kubectl scale`) past the bounds, or within them
+    while metrics are there: the policy decides as if the Deployment still had the count it last decided,
+    so the hand value is never taken as demand, and the result replaces it at once, whatever the windows
+    and intervals say (they pace the autoscaler's own scale-downs, watched under the smaller fleet; the
+    hand count was never watched). Within the bounds and without metrics the hand count stands: it is
+    never scaled down blind, and whoever scaled may know why."""
     current = signals.current_replicas
-    if spec.within_bounds(current):
-        decision = _decide(spec, signals, state, now, tuning)
-    else:
+    decided = state.decided_replicas
+    if not spec.within_bounds(current):
         own = own_count(spec, state, current)
         decision = _decide(spec, _as_if_scaled_to(signals, own), state, now, tuning)
         decision = replace(
@@ -96,6 +100,22 @@ def decide(
             reason=f"{current} replicas is outside [{spec.min_replicas}, {spec.max_replicas}] (a hand scale): "
             f"back to the autoscaler's own decision, {decision.desired_replicas}: {decision.reason}",
         )
+    elif (
+        decided is not None
+        and decided > 0
+        and current > 0
+        and decided != current
+        and spec.within_bounds(decided)
+        and signals.status is not SignalStatus.NO_DATA
+    ):
+        decision = _decide(spec, _as_if_scaled_to(signals, decided), state, now, tuning)
+        decision = replace(
+            decision,
+            reason=f"{current} replicas is not the autoscaler's decision, {decided} (a hand scale): back to "
+            f"its own decision, {decision.desired_replicas}: {decision.reason}",
+        )
+    else:
+        decision = _decide(spec, signals, state, now, tuning)
     return replace(
         decision, state=decision.state.model_copy(update={"decided_replicas": decision.desired_replicas})
     )
@@ -263,7 +283,9 @@ def _hold_without_data(signals: Signals, state: AutoscalerState, now: float, low
     desired = min(max(current, low), high)  # never scale down blind; still honour min/max
     return Decision(
         desired_replicas=desired,
-        reason=f"no metrics for {now - since:.0f}s: holding {desired} replicas",
+        # When they went, not for how long: the status keeps the reason until a decision changes, so a
+        # clock in it would stop at the first evaluation ("no metrics for 0s" through a whole outage).
+        reason=f"no metrics since {rfc3339(datetime.fromtimestamp(since, UTC))}: holding {desired} replicas",
         # A breach is only persistent while it is seen: the outage restarts its clock. So is idleness.
         # A replica woken from zero (no pod had metrics) is recorded as starting, so the queue it finds
         # on joining (the requests the activator held) is its to drain, as after any scale-up.

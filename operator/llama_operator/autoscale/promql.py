@@ -182,7 +182,7 @@ def assemble_signals(
         rate = per.get("request_rate", {}).get(key)
         # Missing series or no healthy target is "no data", never "no load" (KEDA's empty-result-as-0 bug).
         if up is None or up < 1 or waiting is None or rate is None:
-            out[key] = Signals.no_data(**counts)
+            out[key] = Signals.no_data(**counts, window_seconds=window_seconds)
             continue
         running = per.get("running", {}).get(key, 0.0)
         ttft = percentile_of("ttft", key, view.percentile)

@@ -100,8 +100,11 @@ class Signals:
     mean_inter_token_seconds: float | None = None
 
     @classmethod
-    def no_data(cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int) -> Signals:
-        """Signals of a cycle in which Prometheus gave nothing usable."""
+    def no_data(
+        cls, *, ready_replicas: int, starting_replicas: int, current_replicas: int, window_seconds: float
+    ) -> Signals:
+        """Signals of a cycle in which Prometheus gave nothing usable, over the configured rate window: the
+        activator's report of a held request is recent within it, metrics or not."""
         return cls(
             status=SignalStatus.NO_DATA,
             ttft_percentile_seconds=None,
@@ -114,6 +117,7 @@ class Signals:
             ready_replicas=ready_replicas,
             starting_replicas=starting_replicas,
             current_replicas=current_replicas,
+            window_seconds=window_seconds,
         )
 
 

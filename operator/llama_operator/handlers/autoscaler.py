@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import status_plan
 from llama_operator.api.resource import InvalidSpecError, parse_spec
-from llama_operator.api.spec import AutoscalingSpec, LlamaServiceSpec
+from llama_operator.api.spec import DEFAULT_SLO_OBJECTIVE, AutoscalingSpec, LlamaServiceSpec
 from llama_operator.autoscale.decision import Decision
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
@@ -102,14 +102,15 @@ class AutoscalerMemory:
         # The plan's step model is re-read from status either way: a new plan replaces it.
         return autoscaler_state(status, cached[1] if cached is not None and cached[0] == uid else None)
 
-    def spec(self, key: ServiceKey, body: dict[str, Any]) -> LlamaServiceSpec:
-        """The LlamaService's spec, parsed once per generation; raises InvalidSpecError."""
+    def spec(self, key: ServiceKey, body: dict[str, Any], *, default_objective: float) -> LlamaServiceSpec:
+        """The LlamaService's spec, parsed once per generation, with the platform's SLO objective where it
+        states none (`default_objective`, from the operator's config); raises InvalidSpecError."""
         meta = body["metadata"]
         version = (str(meta.get("uid")), meta.get("generation"))
         cached = self.specs.get(key)
         if cached is not None and cached[0] == version and version[1] is not None:
             return cached[1]
-        spec = parse_spec(body["spec"])
+        spec = parse_spec(body["spec"]).with_default_objective(default_objective)
         self.specs[key] = (version, spec)
         return spec
 
@@ -159,7 +160,7 @@ def autoscale_cycle(
 ) -> CycleReport:
     """One cycle for every autoscaled LlamaService (runs in a worker thread)."""
     report = CycleReport()
-    services, held = _autoscaled_services(indexes, memory)
+    services, held = _autoscaled_services(indexes, memory, memo.settings.slo_objective)
     live_keys = {key for key, *_ in services}
     memory.forget_except(live_keys)
     metrics: OperatorMetrics = memo.metrics
@@ -222,7 +223,7 @@ Autoscaled = tuple[ServiceKey, dict[str, Any], dict[str, Any], ServiceView]
 
 
 def _autoscaled_services(
-    indexes: Indexes, memory: AutoscalerMemory
+    indexes: Indexes, memory: AutoscalerMemory, default_objective: float
 ) -> tuple[list[Autoscaled], list[Holding]]:
     """The autoscaled LlamaServices with their Deployment, and the GPUs every LlamaService holds."""
     services: list[Autoscaled] = []
@@ -236,7 +237,7 @@ def _autoscaled_services(
             if body["metadata"].get("deletionTimestamp") or not (body.get("spec") or {}).get("autoscaling"):
                 continue  # going, or no autoscaling to parse (parsed specs are kept for autoscaled ones only)
             try:
-                autoscaling = memory.spec(key, body).active_autoscaling
+                autoscaling = memory.spec(key, body, default_objective=default_objective).active_autoscaling
             except InvalidSpecError:
                 continue  # the reconciler reports a bad spec
             if autoscaling is None:
@@ -296,7 +297,12 @@ def _write_status(
 
 
 def _service_signals(
-    observed: Signals | None, view: ServiceView, annotations: dict[str, str], *, activator_available: bool
+    observed: Signals | None,
+    view: ServiceView,
+    annotations: dict[str, str],
+    *,
+    activator_available: bool,
+    window_seconds: float,
 ) -> Signals:
     """This cycle's signals for one service (no data when Prometheus had none), with the demand the router
     reported on it and whether a router can hold its requests."""
@@ -304,6 +310,7 @@ def _service_signals(
         ready_replicas=view.ready_replicas,
         starting_replicas=view.starting_replicas,
         current_replicas=view.current_replicas,
+        window_seconds=window_seconds,
     )
     return replace(
         seen,
@@ -334,7 +341,8 @@ def _observation(
         max_replicas=autoscaling.max_replicas,
         ttft_seconds=seen.ttft_percentile_seconds,
         slo_ttft_seconds=autoscaling.slo.ttft_seconds,
-        slo_percentile=autoscaling.slo.percentile,
+        slo_objective=autoscaling.slo.objective_ratio(DEFAULT_SLO_OBJECTIVE),
+        slo_objective_window_seconds=autoscaling.slo.objective_window_seconds,
         slo_tpot_seconds=autoscaling.slo.tpot_seconds,
         slo_met=decision.slo_met,
         no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
@@ -424,14 +432,20 @@ def _autoscale_one(
     wall = datetime.fromtimestamp(now, UTC)
     activator_ready = ready
     try:
-        spec = memory.spec(key, body)
+        spec = memory.spec(key, body, default_objective=memo.settings.slo_objective)
     except InvalidSpecError:
         return None  # the reconciler reports a bad spec
     if spec.autoscaling is None:
         return None
     uid = str(body["metadata"].get("uid"))
     annotations = body["metadata"].get("annotations") or {}
-    seen = _service_signals(signals.get(key), view, annotations, activator_available=activator_ready)
+    seen = _service_signals(
+        signals.get(key),
+        view,
+        annotations,
+        activator_available=activator_ready,
+        window_seconds=memo.settings.signal_window_seconds,
+    )
     status = memory.written.current(key, body)
     inputs = (uid, body["metadata"].get("resourceVersion"), status, seen, view, error)
     held = memory.blind.pop(key, None)

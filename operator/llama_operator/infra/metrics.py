@@ -72,7 +72,8 @@ class ServiceObservation:
     max_replicas: int
     ttft_seconds: float | None  # observed, at the SLO's percentile; None without requests
     slo_ttft_seconds: float
-    slo_percentile: float
+    slo_objective: float  # share of requests the objectives hold for (spec.autoscaling.slo.objective)
+    slo_objective_window_seconds: float  # spec.autoscaling.slo.objectiveWindow
     slo_met: bool | None
     no_data_seconds: float
     scaled_to_zero: bool = False
@@ -166,8 +167,13 @@ class OperatorMetrics:
             ("slo_ttft_seconds", "The TTFT objective (spec.autoscaling.slo.ttftSeconds)."),
             (
                 "slo_objective_ratio",
-                "Share of requests the latency objectives hold for, as a ratio: 0.95 for "
-                "spec.autoscaling.slo.percentile 95.",
+                "Share of requests that must meet the latency objectives over the objective's window "
+                "(spec.autoscaling.slo.objective, else the operator's config.sloObjective): 1 - it is the "
+                "error budget the burn-rate alerts and the dashboard measure.",
+            ),
+            (
+                "slo_objective_window_seconds",
+                "The window the objective is kept over (spec.autoscaling.slo.objectiveWindow), in seconds.",
             ),
             (
                 "slo_met",
@@ -293,7 +299,8 @@ class OperatorMetrics:
             g["min_replicas"].set(seen.min_replicas)
             g["max_replicas"].set(seen.max_replicas)
             g["slo_ttft_seconds"].set(seen.slo_ttft_seconds)
-            g["slo_objective_ratio"].set(seen.slo_percentile / 100.0)
+            g["slo_objective_ratio"].set(seen.slo_objective)
+            g["slo_objective_window_seconds"].set(seen.slo_objective_window_seconds)
             self._optional(self.service_gauges["slo_tpot_seconds"], key, seen.slo_tpot_seconds)
             g["signal_no_data_seconds"].set(seen.no_data_seconds)
             g["scaled_to_zero"].set(1 if seen.scaled_to_zero else 0)

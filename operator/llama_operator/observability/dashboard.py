@@ -65,6 +65,11 @@ def _good_ratio(window: str, family: str = n.VLLM_TTFT, bound: str = n.OP_SLO_BO
     )
 
 
+def _burn_rate(window: str) -> str:
+    """How many times faster than the objective allows the TTFT error budget burns over `window`."""
+    return f"(1 - ({_good_ratio(window)})) / on ({BY}) (1 - {_max(n.OP_SLO_OBJECTIVE)})"
+
+
 def _price_times(metric_expr: str) -> str:
     return f"{metric_expr} * on ({BY}) group_left () {_max(n.OP_GPU_PRICE)}"
 
@@ -93,7 +98,8 @@ SERVICE_PANELS = (
     Panel(
         "Requests within the TTFT SLO",
         "Share of requests whose TTFT was within the SLO's histogram bucket, against the objective "
-        "(the SLO's percentile). Below the objective the error budget is being spent.",
+        "(spec.autoscaling.slo.objective, else the operator's config.sloObjective). Below the objective the "
+        "error budget is being spent.",
         (
             Query(_good_ratio(RATE), f"{WHO} within SLO"),
             Query(_good_ratio(RATE, n.VLLM_ITL, n.OP_TPOT_BOUND), f"{WHO} tokens within the TPOT SLO"),
@@ -104,14 +110,25 @@ SERVICE_PANELS = (
     ),
     Panel(
         "TTFT error budget burn rate (1h)",
-        "How many times faster than allowed the error budget burns, over the last hour: 1 spends it exactly "
-        "in 30 days; the page alerts fire at 14.4 (1h) and 6 (6h).",
+        "How many times faster than allowed the error budget (1 - the objective) burns, over the last hour: "
+        "1 spends it exactly over the objective's window (spec.autoscaling.slo.objectiveWindow); the page "
+        "alerts fire at 14.4 (1h) and 6 (6h).",
+        (Query(_burn_rate("1h"), f"{WHO} burn rate"),),
+    ),
+    Panel(
+        "TTFT error budget: days it lasts at the 1h burn",
+        "The objective's window (spec.autoscaling.slo.objectiveWindow) over the last hour's burn rate: the "
+        "days a whole error budget would last if requests kept missing the TTFT objective as often as they "
+        "did in the last hour. Empty while nothing misses it.",
         (
             Query(
-                f"(1 - ({_good_ratio('1h')})) / on ({BY}) (1 - {_max(n.OP_SLO_OBJECTIVE)})",
-                f"{WHO} burn rate",
+                f"({_max(n.OP_SLO_WINDOW)} / 86400) / on ({BY}) ({_burn_rate('1h')})",
+                f"{WHO} days",
             ),
+            Query(f"{_max(n.OP_SLO_WINDOW)} / 86400", f"{WHO} objective window"),
         ),
+        unit="d",
+        references=(" objective window",),
     ),
     Panel(
         "Queue depth (waiting requests)",

@@ -48,7 +48,8 @@ OP_MAX = "llama_operator_max_replicas"
 OP_DECISIONS = "llama_operator_autoscaler_decisions_total"
 OP_TTFT_OBSERVED = "llama_operator_ttft_observed_seconds"
 OP_SLO_TTFT = "llama_operator_slo_ttft_seconds"
-OP_SLO_OBJECTIVE = "llama_operator_slo_objective_ratio"  # 0.95 for percentile 95
+OP_SLO_OBJECTIVE = "llama_operator_slo_objective_ratio"  # spec.autoscaling.slo.objective: 0.99
+OP_SLO_WINDOW = "llama_operator_slo_objective_window_seconds"  # spec.autoscaling.slo.objectiveWindow
 OP_SLO_TPOT = "llama_operator_slo_tpot_seconds"
 OP_SLO_MET = "llama_operator_slo_met"
 OP_NO_DATA = "llama_operator_signal_no_data_seconds"
@@ -75,6 +76,7 @@ PER_SERVICE_GAUGES: dict[str, str] = {
     "ttft_observed_seconds": OP_TTFT_OBSERVED,
     "slo_ttft_seconds": OP_SLO_TTFT,
     "slo_objective_ratio": OP_SLO_OBJECTIVE,
+    "slo_objective_window_seconds": OP_SLO_WINDOW,
     "slo_met": OP_SLO_MET,
     "signal_no_data_seconds": OP_NO_DATA,
     "scaled_to_zero": OP_SCALED_TO_ZERO,

@@ -23,7 +23,7 @@ from llama_operator.api.chart_values import PrometheusRuleValues
 from llama_operator.observability import names as n
 
 CHART_RULE_TEMPLATE_FILE = "charts/llama-operator/templates/prometheusrule.yaml"
-SLO_PERIOD_DAYS = 30
+SLO_PERIOD_DAYS = 28  # spec.autoscaling.slo.objectiveWindow's default, for the alerts' wording
 WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 BAD_RATIO = "llamaservice:ttft_slo_bad_ratio:rate{window}"
 TPOT_BAD_RATIO = "llamaservice:tpot_slo_bad_ratio:rate{window}"
@@ -206,9 +206,9 @@ def burn_alert(p: RuleParams, w: BurnWindow, *, tpot: bool = False) -> dict[str,
                 _service(f" burns its TPOT error budget {w.factor:g}x too fast ({w.long} and {w.short})"),
                 _service(
                     f": the share of output tokens slower than the TPOT objective is over {w.factor:g}x what "
-                    f"its percentile allows, over the last {w.long} and still over the last {w.short}. At this "
-                    f"rate the {SLO_PERIOD_DAYS}-day error budget lasts {w.budget_lasts_days:.3g} days; this "
-                    f"{action}."
+                    f"its objective allows, over the last {w.long} and still over the last {w.short}. At this "
+                    f"rate the error budget of a {SLO_PERIOD_DAYS}-day objectiveWindow lasts "
+                    f"{w.budget_lasts_days:.3g} days; this {action}."
                 ),
             ),
         }
@@ -225,8 +225,9 @@ def burn_alert(p: RuleParams, w: BurnWindow, *, tpot: bool = False) -> dict[str,
             _service(f" burns its TTFT error budget {w.factor:g}x too fast ({w.long} and {w.short})"),
             _service(
                 f": the share of requests missing the TTFT objective is over {w.factor:g}x what its "
-                f"percentile allows, over the last {w.long} and still over the last {w.short}. At this rate the "
-                f"{SLO_PERIOD_DAYS}-day error budget lasts {w.budget_lasts_days:.3g} days; this {action}."
+                f"objective allows, over the last {w.long} and still over the last {w.short}. At this rate "
+                f"the error budget of a {SLO_PERIOD_DAYS}-day objectiveWindow lasts {w.budget_lasts_days:.3g} "
+                f"days; this {action}."
             ),
         ),
     }

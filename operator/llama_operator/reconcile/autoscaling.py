@@ -427,7 +427,7 @@ def _decisions(status: Mapping[str, Any] | None) -> Any:
 
 
 def _observations(status: Mapping[str, Any] | None) -> Any:
-    # The reason's and the conditions' wording and the clock ("no metrics for 35s") are not news: they
+    # The reason's and the conditions' wording and the clock ("idle for 35s") are not news: they
     # ride along with a write that something else causes, so 1,000 idle services write nothing at all.
     autoscaling = (status or {}).get("autoscaling") or {}
     observed = {k: autoscaling.get(k) for k in _OBSERVATIONS if k not in {"lastEvaluationTime", "lastReason"}}
