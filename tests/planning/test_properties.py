@@ -11,6 +11,7 @@ from llama_operator.api.plan import Plan
 from llama_operator.api.spec import AcceleratorType, Quantization
 from llama_operator.catalog.accelerators import ACCELERATORS, MIB
 from llama_operator.catalog.models import ModelShape
+from llama_operator.catalog.vllm import captured_batch_at_most
 from llama_operator.planning import PlanningConfig, PlanningError
 from llama_operator.planning.engine import EAGER_KV_SHARE
 from llama_operator.planning.inventory import inventory_from_nodes
@@ -168,7 +169,7 @@ def test_sizing_is_bounded_and_monotone(
 def test_auto_max_num_seqs(kv_tokens: int, more: int, max_model_len: int, ceiling: int) -> None:
     seqs = auto_max_num_seqs(kv_tokens, max_model_len, typical_tokens=2048, ceiling=ceiling)
     assert 1 <= seqs <= ceiling
-    assert seqs & (seqs - 1) == 0
+    assert seqs == captured_batch_at_most(seqs)  # a CUDA-graph capture size
     assert auto_max_num_seqs(kv_tokens + more, max_model_len, typical_tokens=2048, ceiling=ceiling) >= seqs
 
 

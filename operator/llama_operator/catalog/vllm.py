@@ -73,3 +73,63 @@ KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 # With --enable-lora: one sample per label set it has had (running_lora_adapters, waiting_lora_adapters,
 # max_lora), valued with the time it was set; the router reads which adapters a pod has in its batch.
 VLLM_LORA_INFO = "vllm:lora_requests_info"
+
+
+# CUDA-graph capture sizes as the pinned vLLM computes them by default (vllm/config/vllm.py,
+# VllmConfig._set_cudagraph_sizes, read at vllm-project/vllm@000fc94b): the largest captured batch is
+# min(max_num_seqs * decode_query_len * 2, 512; 1024 on data-center Blackwell), at most
+# max_num_batched_tokens; the sizes are 1, 2, 4, every multiple of 8 below 256, every multiple of 16 from
+# 256, and max_num_batched_tokens itself when it fits. A batch between two sizes is padded up to the next
+# one; a batch above the largest runs without a graph.
+CUDA_GRAPH_MAX_CAPTURE = 512
+CUDA_GRAPH_MAX_CAPTURE_BLACKWELL = 1024
+CUDA_GRAPH_FINE_STRIDE = 8
+CUDA_GRAPH_COARSE_FROM = 256
+CUDA_GRAPH_COARSE_STRIDE = 16
+
+
+def cuda_graph_capture_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    *,
+    decode_query_len: int = 1,
+    blackwell: bool = False,
+) -> tuple[int, ...]:
+    """The batch sizes (in tokens) vLLM captures CUDA graphs for, without an explicit compilation config.
+
+    `decode_query_len` is 1 + num_speculative_tokens with speculative decoding: a uniform decode batch of n
+    requests is n * decode_query_len tokens, and vLLM adds those sizes (up to its default ceiling)."""
+    ceiling = CUDA_GRAPH_MAX_CAPTURE_BLACKWELL if blackwell else CUDA_GRAPH_MAX_CAPTURE
+    largest = min(max_num_seqs * decode_query_len * 2, ceiling)
+    uniform_decode: set[int] = set()
+    if decode_query_len > 1:
+        requests = min(max_num_seqs, ceiling)
+        counts = {n for n in (1, 2, 4) if n <= requests} | {requests}
+        counts |= set(
+            range(CUDA_GRAPH_FINE_STRIDE, min(requests + 1, CUDA_GRAPH_COARSE_FROM), CUDA_GRAPH_FINE_STRIDE)
+        )
+        counts |= set(range(CUDA_GRAPH_COARSE_FROM, requests + 1, CUDA_GRAPH_COARSE_STRIDE))
+        uniform_decode = {n * decode_query_len for n in counts if n * decode_query_len <= largest}
+    largest = min(max_num_batched_tokens, largest)
+    sizes = {n for n in (1, 2, 4) if n <= largest}
+    sizes |= set(
+        range(CUDA_GRAPH_FINE_STRIDE, min(largest + 1, CUDA_GRAPH_COARSE_FROM), CUDA_GRAPH_FINE_STRIDE)
+    )
+    sizes |= set(range(CUDA_GRAPH_COARSE_FROM, largest + 1, CUDA_GRAPH_COARSE_STRIDE))
+    if max_num_batched_tokens <= largest:
+        sizes.add(max_num_batched_tokens)
+    sizes |= {n for n in uniform_decode if n <= max_num_batched_tokens}
+    return tuple(sorted(sizes))
+
+
+def captured_batch_at_most(batch: int) -> int:
+    """The largest batch at or below `batch` that vLLM captures a CUDA graph for whatever its other settings:
+    its size list's fixed part (1, 2, 4, multiples of 8, from 256 multiples of 16). A full batch of that size
+    replays its own graph, with no padding."""
+    if batch < 1:
+        return 1
+    if batch < CUDA_GRAPH_FINE_STRIDE:
+        return 1 << (batch.bit_length() - 1)
+    if batch < CUDA_GRAPH_COARSE_FROM:
+        return batch - batch % CUDA_GRAPH_FINE_STRIDE
+    return batch - (batch - CUDA_GRAPH_COARSE_FROM) % CUDA_GRAPH_COARSE_STRIDE

@@ -452,7 +452,7 @@ def _max_num_seqs(
         )
         by_kv = (
             f"KV cache of {kv_tokens} tokens / typical sequence of "
-            f"{min(max_model_len, config.typical_sequence_tokens)} tokens, power of two, at most {ceiling}"
+            f"{min(max_model_len, config.typical_sequence_tokens)} tokens, rounded down to a CUDA-graph capture size, at most {ceiling}"
         )
         if tuning is not None and tuning.batch is not None and tuning.batch < max_num_seqs:
             max_num_seqs = tuning.batch

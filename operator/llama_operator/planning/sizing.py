@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from llama_operator.api.spec import Quantization
 from llama_operator.catalog.accelerators import MIB
 from llama_operator.catalog.models import ModelShape
+from llama_operator.catalog.vllm import captured_batch_at_most
 
 # CUDA context (~300-500 MiB per process on Ampere/Hopper), cuBLAS workspace, allocator slack.
 NON_TORCH_BYTES = 512 * MIB
@@ -194,11 +195,9 @@ def largest_max_model_len(kv_cache_tokens: int, max_context: int) -> int:
 
 
 def auto_max_num_seqs(kv_cache_tokens: int, max_model_len: int, *, typical_tokens: int, ceiling: int) -> int:
-    """Concurrent sequences the KV cache serves at a typical length, as a power of two in [1, ceiling].
-
-    vLLM captures CUDA graphs for batch sizes up to max_num_seqs; powers of two line up with them.
-    """
+    """Concurrent sequences the KV cache serves at a typical length, in [1, ceiling], rounded down to a batch
+    size vLLM captures a CUDA graph for (catalog/vllm.py: every multiple of 8 below 256, of 16 above), so a
+    full batch replays its own graph without padding."""
     typical = max(1, min(max_model_len, typical_tokens))
     fitting = max(1, kv_cache_tokens // typical)
-    capped = min(fitting, ceiling)
-    return 1 << (capped.bit_length() - 1)
+    return captured_batch_at_most(min(fitting, ceiling))
