@@ -36,7 +36,13 @@ from llama_operator.planning.sizing import (
     size_gpu_memory,
     weight_bytes,
 )
-from llama_operator.planning.tuning import TpotTuning, chunk_budget, tpot_tuning
+from llama_operator.planning.tuning import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    TpotTuning,
+    chunk_budget,
+    longest_prompt_note,
+    tpot_tuning,
+)
 
 # T4 (sm_75) has no FlashAttention-2: vLLM 0.32's FLASH_ATTN backend requires compute capability
 # >= 8.0. TRITON_ATTN accepts any compute capability (vllm/v1/attention/backends/triton_attn.py,
@@ -215,6 +221,9 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
     elif request.slo is not None and candidate.accelerator.is_gpu:
         chunk, why = chunk_budget(request.slo, steps, max_num_seqs, config, tuning)
         notes.append(f"maxNumBatchedTokens {chunk}: {why}")
+    if request.slo is not None and candidate.accelerator.is_gpu:
+        budget = chunk or DEFAULT_MAX_NUM_BATCHED_TOKENS
+        notes.append(longest_prompt_note(steps, budget, request.slo.ttft_seconds, max_model_len))
     return Sized(
         candidate=candidate,
         dtype=dtype,
@@ -414,12 +423,17 @@ def _max_model_len(
             )
         else:
             notes.append(
-                f"maxModelLen {max_model_len}: the shortest context the operator serves; its KV cache "
-                f"({kv_tokens} tokens) holds {kv_tokens // max_model_len} sequences that long, fewer than "
-                f"the {concurrency} ({why}; shorter ones share it)"
+                f"maxModelLen {max_model_len}: the shortest context the operator serves, not the model's "
+                f"{shape.max_context}; its KV cache ({kv_tokens} tokens) holds {kv_tokens // max_model_len} "
+                f"sequences that long, fewer than the {concurrency} ({why}; shorter ones share it); longer "
+                "prompts are refused: set engine.maxModelLen, on an accelerator with more memory, for them"
             )
     else:
-        capped = "the model's context" if max_model_len == shape.max_context else "what the KV cache holds"
+        capped = (
+            "the model's context"
+            if max_model_len == shape.max_context
+            else f"what the KV cache holds, not the model's {shape.max_context}"
+        )
         notes.append(
             f"maxModelLen {max_model_len}: the largest that fits, capped by {capped} (room for "
             f"{kv_tokens // max_model_len} sequences that long)"

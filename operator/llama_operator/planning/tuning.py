@@ -136,11 +136,23 @@ def chunk_budget(
     by_ttft = steps.chunk_within(TTFT_CHUNK_SHARE * slo.ttft_seconds, max_num_seqs, context)
     chunk = min(max(by_ttft, MIN_CHUNK_TOKENS), MAX_CHUNK_TOKENS)
     chunk -= chunk % KV_BLOCK_TOKENS
+    step_ms = steps.step_seconds(max_num_seqs, context, chunk) * 1000
+    share_ms = TTFT_CHUNK_SHARE * slo.ttft_seconds * 1000
     why = (
         f"a step with a {chunk}-token prompt chunk beside {max_num_seqs} decoding sequences is estimated at "
-        f"{steps.step_seconds(max_num_seqs, context, chunk) * 1000:.0f} ms, within {TTFT_CHUNK_SHARE:.0%} of "
-        f"the TTFT objective {slo.ttft_seconds:g}s"
+        f"{step_ms:.0f} ms, "
     )
+    if round(step_ms) <= round(share_ms):
+        why += (
+            f"within {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms)"
+        )
+    else:
+        why += (
+            f"over {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms): "
+            f"{MIN_CHUNK_TOKENS} tokens is the smallest chunk planned (a smaller one spends more of each step "
+            "reading the weights than computing the prompt), so a request arriving as such a step starts "
+            "waits that long"
+        )
     if tpot is not None and tpot.chunk < chunk:
         chunk = tpot.chunk
         # At most one chunk per inter-token interval: a prompt prefills at ~chunk / TPOT tokens per second
@@ -158,4 +170,33 @@ def chunk_budget(
     return budget, (
         f"a {chunk}-token prompt chunk plus {max_num_seqs} decode tokens: {why}; prefill "
         f"~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"
+    )
+
+
+def longest_prompt_within(steps: StepModel, token_budget: int, seconds: float) -> int:
+    """The longest prompt an idle replica prefills within `seconds`: in steps of `token_budget` prompt
+    tokens (nothing else decoding, vLLM fills each step's whole budget), each reading the weights once; the
+    first token comes with the last step. 0 when not even one token does."""
+    full_step = steps.step_seconds(0, 0.0, token_budget)
+    full_steps = math.floor(seconds / full_step)
+    rest = seconds - full_steps * full_step - steps.weight_read_seconds
+    partial = 0 if rest <= 0 else min(token_budget, math.floor(rest / steps.seconds_per_chunk_token))
+    return full_steps * token_budget + partial
+
+
+def longest_prompt_note(steps: StepModel, token_budget: int, ttft_seconds: float, max_model_len: int) -> str:
+    """What the plan says of the longest prompt that can meet the TTFT objective (queue time aside)."""
+    longest = longest_prompt_within(steps, token_budget, ttft_seconds)
+    rate = steps.prefill_tokens_per_second(token_budget)
+    if longest >= max_model_len:
+        return (
+            f"every prompt up to maxModelLen {max_model_len} can meet the TTFT objective {ttft_seconds:g}s: an "
+            f"idle replica prefills ~{longest} tokens within it (~{rate:.0f} tokens/s in steps of "
+            f"{token_budget} tokens)"
+        )
+    return (
+        f"prompts over ~{longest} tokens cannot meet the TTFT objective {ttft_seconds:g}s on this accelerator, "
+        f"however many replicas: an idle replica prefills ~{rate:.0f} tokens/s in steps of {token_budget} "
+        f"tokens; longer prompts (up to maxModelLen {max_model_len}) need a faster accelerator or a longer "
+        "ttftSeconds"
     )
