@@ -47,6 +47,17 @@ INVALID = [
     ),
     ("negative-slo", {"autoscaling": {"slo": {"ttftSeconds": -0.5}}}, ["spec.autoscaling.slo.ttftSeconds"]),
     ("bad-percentile", {"autoscaling": {"slo": {"percentile": 100}}}, ["spec.autoscaling.slo.percentile"]),
+    # An objective meant in milliseconds (issue 43): refused naming the field, the unit and the fix.
+    (
+        "ttft-in-milliseconds",
+        {"autoscaling": {"slo": {"ttftSeconds": 500}}},
+        ["spec.autoscaling.slo.ttftSeconds", "is in seconds and at most 60", "0.5 for 500 ms"],
+    ),
+    (
+        "tpot-in-milliseconds",
+        {"autoscaling": {"slo": {"tpotSeconds": 40}}},
+        ["spec.autoscaling.slo.tpotSeconds", "is in seconds and at most 5", "0.05 for 50 ms"],
+    ),
     ("bad-num-seqs", {"engine": {"maxNumSeqs": "lots"}}, ["spec.engine.maxNumSeqs", "'auto' or an integer"]),
     ("bad-dtype", {"engine": {"dtype": "fp4"}}, ["spec.engine.dtype", "Unsupported value"]),
     ("no-model", {"model": None}, ["spec.model"]),

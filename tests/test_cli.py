@@ -213,7 +213,11 @@ def test_a_directory_is_read_like_kubectl_apply(tmp_path: Path) -> None:
     code, out, err = run_cli("plan", "-f", str(tmp_path))
     assert (code, err) == (0, "")
     plans = json.loads(out)
-    assert [p["accelerator"] for p in plans] == ["t4", "t4"]
+    # Each plan names its LlamaService (issue 43: a directory's plans came without their names).
+    assert [(p["name"], p["namespace"], p["plan"]["accelerator"]) for p in plans] == [
+        ("chat", "default", "t4"),
+        ("second", "default", "t4"),
+    ]
     code, out, err = run_cli("render", "-f", str(tmp_path))
     assert code == 0, err
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(out) if d["kind"] == "Deployment"] == [

@@ -369,11 +369,20 @@ def _planned(args: argparse.Namespace, settings: Settings, *, with_uid: bool) ->
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    results = [
-        plan.model_dump(by_alias=True, mode="json")
-        for _, plan in _planned(args, _offline_settings(args), with_uid=False)
-    ]
-    out: Any = results[0] if len(results) == 1 else results
+    planned = list(_planned(args, _offline_settings(args), with_uid=False))
+    out: Any
+    if len(planned) == 1:
+        out = planned[0][1].model_dump(by_alias=True, mode="json")
+    else:
+        # Several manifests (a directory, a List, ---): each plan under the LlamaService it is for.
+        out = [
+            {
+                "name": svc.metadata.name,
+                "namespace": svc.metadata.namespace,
+                "plan": plan.model_dump(by_alias=True, mode="json"),
+            }
+            for svc, plan in planned
+        ]
     if args.output == "json":
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:

@@ -68,6 +68,17 @@ def test_issue_example_parses() -> None:
             "spec.accelerator.type",
         ),  # not a name: "tpu" is one (planning refuses it)
         ({"autoscaling": {"slo": {"ttftSeconds": -1}}}, "spec.autoscaling.slo.ttftSeconds"),
+        # Objectives meant in milliseconds (issue 43: ttftSeconds 500 was accepted).
+        (
+            {"autoscaling": {"slo": {"ttftSeconds": 500}}},
+            "autoscaling.slo.ttftSeconds is in seconds and at most 60: an objective in milliseconds is "
+            "written divided by 1000 (0.5 for 500 ms)",
+        ),
+        ({"autoscaling": {"slo": {"ttftSeconds": 61}}}, "autoscaling.slo.ttftSeconds is in seconds"),
+        (
+            {"autoscaling": {"slo": {"tpotSeconds": 40}}},
+            "autoscaling.slo.tpotSeconds is in seconds and at most 5",
+        ),
         ({"engine": {"maxNumSeqs": 0}}, "maxNumSeqs must be 'auto' or between 1 and 4096"),
         (
             {"engine": {"gpuMemoryUtilization": 1.5}},

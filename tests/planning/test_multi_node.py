@@ -64,3 +64,20 @@ def test_nodes_needs_whole_gpus() -> None:
         LlamaServiceSpec.model_validate(
             {"model": {"name": LLAMA_8B}, "accelerator": {"type": "cpu", "nodes": 2}}
         )
+
+
+def test_a_replica_too_big_for_one_node_of_the_spec_gpu_is_offered_nodes() -> None:
+    # Issue 43: the refusal named 8xH200 and never accelerator.nodes 2 of the GPU the spec asked for.
+    with pytest.raises(PlanningError) as refused:
+        plan(spec({"type": "h100-80gb", "count": 8}, model=LLAMA_405B))
+    message = str(refused.value)
+    hint = "on h100-80gb it fits as accelerator.count 8 with accelerator.nodes 2 (2 nodes of 8xh100-80gb"
+    assert hint in message
+    assert message.index(hint) < message.index("the smallest catalog option that fits is 8xh200")
+    # The offer plans.
+    offered = plan(spec({"type": "h100-80gb", "count": 8, "nodes": 2}, model=LLAMA_405B))
+    assert (offered.count, offered.nodes) == (8, 2)
+    # A MIG slice is never offered nodes.
+    with pytest.raises(PlanningError) as slice_refused:
+        plan(spec({"type": "a100-80gb", "mig": "1g.10gb"}, model=LLAMA_8B))
+    assert "accelerator.nodes" not in str(slice_refused.value)

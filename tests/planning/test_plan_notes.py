@@ -103,3 +103,23 @@ def test_a_context_shorter_than_the_models_is_said(model: str, accelerator: str,
             assert any(
                 n.startswith(f"maxModelLen {p.max_model_len}:") and f"model's {context}" in n for n in p.notes
             ), p.notes
+
+
+def test_replicas_beside_autoscaling_is_said_to_be_ignored() -> None:
+    body: dict[str, Any] = {
+        "model": {"name": LLAMA_8B},
+        "accelerator": {"type": "l4"},
+        "replicas": 3,
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 4},
+    }
+    p = plan_service(LlamaServiceSpec.model_validate(body), name="chat", config=PlanningConfig())
+    assert (
+        "spec.replicas 3 is ignored: autoscaling is enabled and runs between minReplicas 1 and maxReplicas 4; "
+        "remove replicas, or set autoscaling.enabled false for a fixed count"
+    ) in p.notes
+    for quiet in (
+        {**body, "autoscaling": {"enabled": False}},
+        {k: v for k, v in body.items() if k != "replicas"},
+    ):
+        p = plan_service(LlamaServiceSpec.model_validate(quiet), name="chat", config=PlanningConfig())
+        assert not any(n.startswith("spec.replicas") for n in p.notes)

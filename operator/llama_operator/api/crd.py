@@ -18,12 +18,16 @@ from llama_operator.api.spec import (
     GROUP,
     KIND,
     MAX_NAME_LENGTH,
+    MAX_TPOT_SECONDS,
+    MAX_TTFT_SECONDS,
     MIG_PROFILES_BY_TYPE,
     NAME_PATTERN,
     NAME_RULE_MESSAGE,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
+    TPOT_UNIT_MESSAGE,
+    TTFT_UNIT_MESSAGE,
     VERSION,
     AcceleratorType,
     LlamaServiceSpec,
@@ -113,6 +117,20 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".minReplicas",
             "reason": "FieldValueInvalid",
         }
+    ],
+    "spec.autoscaling.slo": [
+        {
+            "rule": f"!has(self.ttftSeconds) || self.ttftSeconds <= {MAX_TTFT_SECONDS}.0",
+            "message": TTFT_UNIT_MESSAGE,
+            "fieldPath": ".ttftSeconds",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"!has(self.tpotSeconds) || self.tpotSeconds <= {MAX_TPOT_SECONDS}.0",
+            "message": TPOT_UNIT_MESSAGE,
+            "fieldPath": ".tpotSeconds",
+            "reason": "FieldValueInvalid",
+        },
     ],
     "spec.model.cache": [
         {

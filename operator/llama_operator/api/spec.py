@@ -442,6 +442,18 @@ class EngineSpec(WireModel):
 OBJECTIVE_WINDOW_PATTERN = r"^([1-9][0-9]?|[12][0-9][0-9]|3[0-5][0-9]|36[0-6])d$"
 # The platform's objective where neither the LlamaService nor the operator's config states one.
 DEFAULT_SLO_OBJECTIVE = 0.99
+# The most an objective may be: beyond them it is a value meant in milliseconds (ttftSeconds: 500), which would
+# plan and scale for a latency nobody waits for. The CRD's CEL rules and the validator say the same.
+MAX_TTFT_SECONDS = 60
+MAX_TPOT_SECONDS = 5
+TTFT_UNIT_MESSAGE = (
+    f"autoscaling.slo.ttftSeconds is in seconds and at most {MAX_TTFT_SECONDS}: an objective in milliseconds "
+    "is written divided by 1000 (0.5 for 500 ms)"
+)
+TPOT_UNIT_MESSAGE = (
+    f"autoscaling.slo.tpotSeconds is in seconds and at most {MAX_TPOT_SECONDS}: an objective in milliseconds "
+    "is written divided by 1000 (0.05 for 50 ms)"
+)
 
 
 class SLOSpec(WireModel):
@@ -449,7 +461,11 @@ class SLOSpec(WireModel):
 
     ttft_seconds: Annotated[
         float,
-        Field(description="Time-to-first-token objective in seconds (queue time included).", gt=0, le=600),
+        Field(
+            description="Time-to-first-token objective in seconds (queue time included), at most "
+            "60: 0.5 for half a second.",
+            gt=0,
+        ),
     ] = 0.5
     tpot_seconds: Annotated[
         float | None,
@@ -460,7 +476,6 @@ class SLOSpec(WireModel):
             "Read from vLLM's histogram (bounds 0.01, 0.025, 0.05, 0.075, 0.1 s, ...): a value between two "
             "bounds is planned for the lower one, a value below 0.01 is judged at 0.01.",
             ge=0.005,
-            le=10,
         ),
     ] = None
     # One percentile for both objectives: a service's latency objective is one error budget (the SLO
@@ -510,6 +525,15 @@ class SLOSpec(WireModel):
     def objective_ratio(self, default: float) -> float:
         """The objective in force: the spec's, else the platform's `default` (Settings.slo_objective)."""
         return self.objective if self.objective is not None else default
+
+    @model_validator(mode="after")
+    def _plausible(self) -> SLOSpec:
+        # As the CRD's CEL rules on spec.autoscaling.slo: an objective written in milliseconds.
+        if self.ttft_seconds > MAX_TTFT_SECONDS:
+            raise ValueError(TTFT_UNIT_MESSAGE)
+        if self.tpot_seconds is not None and self.tpot_seconds > MAX_TPOT_SECONDS:
+            raise ValueError(TPOT_UNIT_MESSAGE)
+        return self
 
 
 class AutoscalingSpec(WireModel):

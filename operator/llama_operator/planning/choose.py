@@ -18,6 +18,8 @@ from llama_operator.planning.engine import size_engine, try_size_engine
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.model import (
+    MULTI_NODE_COUNTS,
+    TENSOR_PARALLEL_COUNTS,
     Candidate,
     DoesNotFitError,
     Request,
@@ -70,6 +72,24 @@ def smallest_fitting(request: Request, config: PlanningConfig) -> str:
     if cheapest != smallest:
         message += f", the cheapest {cheapest.name} ({cheapest.price(config):.2f}/h)"
     return message
+
+
+def multi_node_hint(request: Request, candidate: Candidate, config: PlanningConfig) -> str:
+    """Where a replica does not fit one node of the spec's GPU: the fewest nodes of it that would hold it
+    (a LeaderWorkerSet group, pipeline parallel across them), said before any other GPU type."""
+    accel = candidate.accelerator
+    if not accel.is_gpu or candidate.mig is not None or candidate.nodes > 1:
+        return ""
+    per_node = max(n for n in TENSOR_PARALLEL_COUNTS if n <= config.max_gpus_per_replica)
+    for nodes in MULTI_NODE_COUNTS:
+        option = catalog_candidate(accel, count=per_node, nodes=nodes)
+        if try_size_engine(request, option, config) is not None:
+            return (
+                f"on {accel.type} it fits as accelerator.count {per_node} with accelerator.nodes {nodes} "
+                f"({option.name}, pipeline parallel across the nodes, {option.price(config):.2f}/h relative "
+                "price); else "
+            )
+    return ""
 
 
 UNKNOWN_GPUS_NOTE = "match no accelerator in the catalog, so auto cannot use them"
@@ -243,7 +263,8 @@ def choose_and_size(
         try:
             sized = size_engine(request, placement.candidate, config)
         except DoesNotFitError as error:
-            raise PlanningError(f"{error.message}; {smallest_fitting(request, config)}") from None
+            hint = multi_node_hint(request, candidate, config)
+            raise PlanningError(f"{error.message}; {hint}{smallest_fitting(request, config)}") from None
     notes += placement.notes + sized.notes
     if request.quantization is Quantization.NONE and INT8_CHECKPOINT_NAME.search(spec.model.name):
         notes.append(

@@ -34,6 +34,21 @@ def _check_policy_inputs(spec: LlamaServiceSpec, served_name: str, config: Plann
     )
 
 
+def ignored_field_notes(spec: LlamaServiceSpec) -> list[str]:
+    """Fields the spec sets that the service will not follow, said rather than dropped silently."""
+    autoscaling = spec.autoscaling
+    # Compared with the default, not with the fields set: the API server writes the default (1) into every
+    # LlamaService, and one replica beside autoscaling asks for nothing it would not do.
+    default = LlamaServiceSpec.model_fields["replicas"].default
+    if autoscaling is not None and autoscaling.enabled and spec.replicas != default:
+        return [
+            f"spec.replicas {spec.replicas} is ignored: autoscaling is enabled and runs between minReplicas "
+            f"{autoscaling.min_replicas} and maxReplicas {autoscaling.max_replicas}; remove replicas, or set "
+            "autoscaling.enabled false for a fixed count"
+        ]
+    return []
+
+
 def plan_service(
     spec: LlamaServiceSpec,
     *,
@@ -52,6 +67,7 @@ def plan_service(
     _check_policy_inputs(spec, served_name, config)
     request = replace(resolve_request(spec, config), measured=measured)
     sized, placement, notes = choose_and_size(spec, request, config, inventory)
+    notes += ignored_field_notes(spec)
     return render_plan(
         spec, request, sized, served_name=served_name, placement=placement, notes=notes, config=config
     )
