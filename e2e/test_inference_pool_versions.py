@@ -124,6 +124,8 @@ def test_a_pool_with_only_the_fields_the_crd_knows_is_written_once(
         eventually(
             "chat Ready and not Degraded", lambda: ready_and_not_degraded(cluster, "chat", namespace), 90
         )
+        status = (cluster.llamaservice("chat", namespace) or {})["status"]
+        assert status["url"] == f"http://chat.{namespace}.svc:8000/v1"  # what the pool's pods serve behind
         # Written once: resyncs find the pool as the CRD keeps it, nothing to re-apply.
         written = pool_writes(proc)
         time.sleep(3 * RESYNC_SECONDS)

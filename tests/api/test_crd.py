@@ -132,3 +132,9 @@ def test_bitsandbytes_is_refused_at_apply(repo: Path) -> None:
             }
         )
     assert "spec.engine.quantization" in str(err.value)
+
+
+def test_the_status_names_the_urls_to_call() -> None:
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status["properties"]["url"]["type"] == "string"
+    assert status["properties"]["routerUrl"]["type"] == "string"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llama_operator.api.settings import Settings
+from llama_operator.desired.objects import ActivatorRoute
 from llama_operator.planning import inventory_from_nodes
 from llama_operator.reconcile.outcome import reconcile
 from llama_operator.reconcile.rollout import rollout_status
@@ -185,3 +186,39 @@ def test_a_nodepool_gpu_limit_below_max_replicas_is_a_condition_and_raising_it_c
 def test_no_nodepool_no_capacity_condition() -> None:
     outcome = reconcile(body(), Settings(), inventory=None, pod_monitor=False, now=NOW)
     assert "CapacityLimited" not in conditions(outcome.status_patch)
+
+
+def test_status_gives_the_services_base_url_and_the_routers_where_it_serves() -> None:
+    outcome = reconcile(
+        body(accelerator={"type": "t4"}), Settings(), inventory=None, pod_monitor=False, now=NOW
+    )
+    assert outcome.status_patch["url"] == "http://chat.team-a.svc:8000/v1"
+    # The Service the url names listens on that port.
+    assert outcome.desired is not None
+    (service,) = [o for o in outcome.desired.objects if o["kind"] == "Service"]
+    assert service["metadata"]["name"] == "chat" and service["spec"]["ports"][0]["port"] == 8000
+    assert (
+        outcome.status_patch["routerUrl"] is None
+    )  # no router deployed: nothing to name (and a stale one goes)
+    with_router = Settings(activator_service="llm-activator", activator_namespace="llm-system")
+    routed = reconcile(
+        body(accelerator={"type": "t4"}),
+        with_router,
+        inventory=None,
+        pod_monitor=False,
+        now=NOW,
+        activator=ActivatorRoute(addresses=("10.0.0.7",), port=8000),
+    )
+    assert routed.status_patch["routerUrl"] == "http://llm-activator.llm-system.svc:8000/v1"
+    # Configured but no router pod ready: it serves nothing now.
+    idle = reconcile(
+        body(accelerator={"type": "t4"}), with_router, inventory=None, pod_monitor=False, now=NOW
+    )
+    assert idle.status_patch["routerUrl"] is None
+
+
+def test_a_refused_spec_leaves_the_urls_as_they_were() -> None:
+    outcome = reconcile(
+        body(accelerator={"type": "no-such-gpu"}), Settings(), inventory=None, pod_monitor=False, now=NOW
+    )
+    assert "url" not in outcome.status_patch and "routerUrl" not in outcome.status_patch

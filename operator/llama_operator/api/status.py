@@ -53,6 +53,21 @@ class LlamaServiceStatus(WireModel):
         str | None, Field(description="Label selector of the pods (for the scale subresource).")
     ] = None
     accelerator: Annotated[str | None, Field(description="Resolved accelerator, for humans.")] = None
+    url: Annotated[
+        str | None,
+        Field(
+            description="The service's OpenAI base URL inside the cluster (its Service: "
+            "http://<name>.<namespace>.svc:8000/v1)."
+        ),
+    ] = None
+    router_url: Annotated[
+        str | None,
+        Field(
+            description="The router's OpenAI base URL while a router pod is ready (the chart's activator): one "
+            "endpoint for every LlamaService of the caller's namespace, routed by `model`, holding requests "
+            "at zero."
+        ),
+    ] = None
     spec_replicas: Annotated[
         int | None,
         Field(

@@ -27,6 +27,7 @@ from llama_operator.desired.inference_pool import (
 )
 from llama_operator.desired.labels import selector_string
 from llama_operator.desired.objects import ActivatorRoute, DesiredState, build_desired_state
+from llama_operator.desired.pod import HTTP_PORT
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory
@@ -163,6 +164,7 @@ def reconcile(
         "observedGeneration": generation,
         "conditions": _wire(conditions),
         "selector": selector_string(svc.metadata.name),
+        **service_urls(svc, settings, activator),
         "accelerator": plan.display_name,
         "plan": replacing(value_at(body, "status", "plan"), plan.to_wire()),
     }
@@ -193,6 +195,21 @@ def _capacity_condition(
             )
         ]
     return []
+
+
+def service_urls(
+    svc: LlamaService, settings: Settings, router: ActivatorRoute | None
+) -> dict[str, str | None]:
+    """status.url, the service's OpenAI base URL (its Service), and status.routerUrl, the router's while a
+    router pod is ready (None clears one a router gone left). The router's Service listens on its pods'
+    port (the chart gives both activator.port)."""
+    meta = svc.metadata
+    router_url = (
+        f"http://{settings.activator_service}.{settings.activator_namespace}.svc:{router.port}/v1"
+        if settings.activator_service and router is not None
+        else None
+    )
+    return {"url": f"http://{meta.name}.{meta.namespace}.svc:{HTTP_PORT}/v1", "routerUrl": router_url}
 
 
 def replacing(old: Any, new: dict[str, Any]) -> dict[str, Any]:
