@@ -20,6 +20,7 @@ from llama_operator.reconcile.execution import ExecutionReport, ObjectRef, repor
 from llama_operator.reconcile.outcome import reconcile
 from llama_operator.reconcile.rollout import rollout_status
 from tests.docs.markdown import code_blocks
+from tests.reconcile.test_outcome import UNSCHEDULABLE_POD, deployment
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "install.md"
 NOW = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
@@ -80,29 +81,6 @@ def llamaservice(generation: int = 3, **spec: Any) -> dict[str, Any]:
     }
 
 
-def deployment(replicas: int, ready: int, updated: int) -> dict[str, Any]:
-    return {
-        "metadata": {"generation": 2},
-        "spec": {"replicas": replicas},
-        "status": {"observedGeneration": 2, "readyReplicas": ready, "updatedReplicas": updated},
-    }
-
-
-PENDING_POD = {
-    "status": {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-            }
-        ],
-    }
-}
-
-
 def operated(body: dict[str, Any], dep: dict[str, Any] | None, pods: list[dict[str, Any]]) -> dict[str, Any]:
     """The LlamaService with the status the operator writes: a reconcile, then the rollout it sees."""
     status = reconcile(body, Settings(), inventory=None, pod_monitor=False, now=NOW).status_patch
@@ -130,7 +108,12 @@ def test_a_spec_the_operator_has_not_acted_on_is_progressing(lua: str, health_ch
         (None, [], "Progressing", "DeploymentMissing"),
         (deployment(2, 1, 1), [], "Progressing", "RollingOut: 1/2 replicas ready"),
         (deployment(1, 1, 1), [], "Healthy", "ReplicasReady: 1/1 replicas ready"),
-        (deployment(1, 0, 1), [PENDING_POD], "Degraded", "Unschedulable: pods cannot be placed: 0/3 nodes"),
+        (
+            deployment(1, 0, 1),
+            [UNSCHEDULABLE_POD],
+            "Degraded",
+            "Unschedulable: pods cannot be placed: 0/9 nodes",
+        ),
         (deployment(0, 0, 0), [], "Healthy", "Scaled to zero"),
     ],
 )

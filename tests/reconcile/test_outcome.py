@@ -103,21 +103,24 @@ def test_rollout_ready_and_progressing() -> None:
     assert conditions(rolling)["Progressing"]["status"] == "True"
 
 
-def test_unschedulable_pods_name_the_short_resource() -> None:
-    pending = {
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/9 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                }
-            ],
-        }
+# A pod the scheduler could not place, as the API server reports it.
+UNSCHEDULABLE_POD = {
+    "status": {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/9 nodes are available: 2 Insufficient nvidia.com/gpu.",
+            }
+        ],
     }
-    status = rollout_status(None, deployment(3, 2, 2), [pending], generation=3, now=NOW)
+}
+
+
+def test_unschedulable_pods_name_the_short_resource() -> None:
+    status = rollout_status(None, deployment(3, 2, 2), [UNSCHEDULABLE_POD], generation=3, now=NOW)
     cond = conditions(status)
     assert cond["Schedulable"]["status"] == "False"
     assert "Insufficient nvidia.com/gpu" in cond["Schedulable"]["message"]
