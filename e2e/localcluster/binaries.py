@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster.config import (
+    ACTIONLINT_VERSION,
     ETCD_VERSION,
     INFERENCE_EXTENSION_VERSION,
     KARPENTER_VERSION,
@@ -458,6 +459,31 @@ def _record_timing(cache: CachePaths, key: str, seconds: float) -> None:
     data[key] = round(seconds, 1)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     say(f"{key}: built in {fmt_duration(seconds)}")
+
+
+def ensure_actionlint(cache: CachePaths, version: str = ACTIONLINT_VERSION) -> Path:
+    return _go_install(
+        cache,
+        "actionlint",
+        version,
+        f"github.com/rhysd/actionlint/cmd/actionlint@{version}",
+        ldflags=f"-s -w -X github.com/rhysd/actionlint.version={version}",
+    )
+
+
+# Tools the tests use beside the cluster's binaries: Debian's packages (a program and its path) and
+# actionlint. Installed by the set-up (e2e/run-tests.sh: `python3 -m localcluster test-tools`), never by a
+# test: a test finds them or skips (fails in CI).
+TEST_TOOL_PACKAGES = (
+    ("lua5.4", Path("/usr/bin/lua5.4")),  # docs/install.md's Argo CD health check (tests/docs/)
+    ("shellcheck", Path("/usr/bin/shellcheck")),  # actionlint checks the workflows' run: scripts with it
+)
+
+
+def ensure_test_tools(cache: CachePaths) -> dict[str, Path]:
+    for package, probe in TEST_TOOL_PACKAGES:
+        apt_install(package, probe)
+    return {**dict(TEST_TOOL_PACKAGES), "actionlint": ensure_actionlint(cache)}
 
 
 def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:

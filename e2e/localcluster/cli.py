@@ -1,11 +1,11 @@
-"""Command line: `python3 -m localcluster up|down|status|binaries` (see e2e/cluster.sh)."""
+"""Command line: `python3 -m localcluster up|down|status|binaries|test-tools` (see e2e/cluster.sh)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from localcluster.binaries import ensure_all
+from localcluster.binaries import ensure_all, ensure_test_tools
 from localcluster.cluster import Cluster
 from localcluster.config import cache_paths, state_dir
 from localcluster.util import ClusterError, say
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("component", nargs="+", help="etcd, kube-apiserver, kwok, prometheus, ...")
     stop.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
     sub.add_parser("status", help="each component's PID, port and health; non-zero if any is down")
+    sub.add_parser("test-tools", help="install the tools the tests use (actionlint, lua5.4, shellcheck)")
     b = sub.add_parser("binaries", help="only build/fetch the binaries (into the cache)")
     b.add_argument(
         "--only", nargs="*", choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes"]
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             return Cluster(state_dir()).stop(args.component, args.timeout)
         if args.command == "status":
             return Cluster(state_dir()).status()
+        if args.command == "test-tools":
+            for tool, where in ensure_test_tools(cache_paths()).items():
+                print(f"{tool}: {where}")
+            return 0
         if args.command == "binaries":
             bins = ensure_all(cache_paths(), set(args.only) if args.only else None)
             for name, path in bins.as_dict().items():

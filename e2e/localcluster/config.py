@@ -19,6 +19,8 @@ LWS_VERSION = "v0.8.0"
 # cluster, creating kwok nodes for Pending pods from NodePools; its CRDs are vendored from the same module
 # (e2e/crds/karpenter.*). v1.14.1 is the newest the Go here builds: v1.14.3 and v1.15.0 require go >= 1.26.9/10.
 KARPENTER_VERSION = "v1.14.1"
+# actionlint, which checks .github/workflows/ (e2e/test_release_workflow.py); a plain Go module.
+ACTIONLINT_VERSION = "v1.7.7"
 # Prometheus 3.x is published on the module proxy as github.com/prometheus/prometheus
 # v0.3MM.P for 3.MM.P. Debian's package is built without Kubernetes service discovery.
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
