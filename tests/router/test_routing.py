@@ -99,9 +99,11 @@ def test_no_header_host_or_model_reaches_another_namespaces_service(how: dict[st
 
 def test_the_answer_for_another_tenants_service_is_the_same_as_for_none() -> None:
     exists = at(TEAM_A, explicit="team-b/secret")
-    missing = at(TEAM_A, explicit="team-b/nothing")
-    assert exists[1] == missing[1] == 404
-    assert exists[2].replace("secret", "X") == missing[2].replace("nothing", "X")
+    assert exists == at(TEAM_A, explicit="team-b/nothing") == at(TEAM_A, explicit="nothing")
+    assert exists[1] == 404 and "secret" not in exists[2]
+    # Host names another tenant's service: as a name that exists nowhere, `model` then decides.
+    assert at(TEAM_A, host="secret.team-b", model="x") == at(TEAM_A, host="nothing.team-b", model="x")
+    assert at(TEAM_A, host="secret.team-b", model="llama-1b")[0] == ("team-a", "chat")
 
 
 def test_a_service_opened_to_a_namespace_is_reachable_from_it_by_name_only() -> None:
