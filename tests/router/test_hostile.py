@@ -83,13 +83,13 @@ def test_a_client_that_leaves_releases_its_hold_at_once() -> None:
     asyncio.run(scenario())
 
 
-def silent_upstream_app() -> web.Application:
-    """Accepts the request and never answers (a pod stuck in its engine)."""
+def silent_upstream_app(released: asyncio.Event) -> web.Application:
+    """Accepts the request and answers nothing until `released` (a pod stuck in its engine)."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         await request.read()
-        await asyncio.sleep(3600)
-        raise AssertionError("unreachable")
+        await released.wait()
+        return web.Response(status=500)
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
@@ -99,13 +99,18 @@ def silent_upstream_app() -> web.Application:
 def test_an_upstream_that_never_answers_meets_a_deadline() -> None:
     async def scenario() -> None:
         view = FakeView()
-        async with stack(view, LIMITS) as (_u, proxy, router), serving(silent_upstream_app()) as silent:
+        released = asyncio.Event()
+        async with (
+            stack(view, LIMITS) as (_u, proxy, router),
+            serving(silent_upstream_app(released)) as silent,
+        ):
             view.ready[KEY].append(silent)
             started = time.monotonic()
             status, _, data, _ = await asyncio.wait_for(post(proxy), 10)
             assert status == 504 and b"upstream" in data, (status, data)
             assert time.monotonic() - started < 3
             assert await settle(router) == dict.fromkeys(counters(router), 0)
+            released.set()
 
     asyncio.run(scenario())
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from llama_operator.router.picker import pick, prefix_key, prompt_prefix
 from llama_operator.router.routing import Limits, ServiceInfo, ServiceKey
-from llama_operator.router.server import Router, listening, proxy_app
+from llama_operator.router.server import Router, listening, proxy_runner
 
 KEY = ("team-a", "chat")
 SECRET = ("team-b", "secret")
@@ -90,8 +90,8 @@ def upstream_app(name: str, seen: list[dict[str, Any]] | None = None) -> web.App
 
 
 @asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
+async def serving(app: web.Application | web.AppRunner) -> AsyncIterator[str]:
+    runner = app if isinstance(app, web.AppRunner) else web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -106,7 +106,7 @@ async def stack(view: FakeView, limits: Limits | None = None) -> AsyncIterator[t
     router = Router(view, demand_interval_seconds=0.2, limits=limits)  # type: ignore[arg-type]
     view.changed = router.notify
     await router.start()
-    async with serving(upstream_app("vllm")) as upstream, serving(proxy_app(router)) as proxy:
+    async with serving(upstream_app("vllm")) as upstream, serving(proxy_runner(router)) as proxy:
         try:
             yield upstream, proxy, router
         finally:

@@ -36,6 +36,7 @@ def cmd_router(args: argparse.Namespace) -> int:
         max_hold_seconds=args.max_hold_seconds,
         header_timeout_seconds=args.header_timeout,
         body_timeout_seconds=args.body_timeout,
+        upstream_idle_seconds=args.upstream_idle_timeout,
     )
     namespace = args.own_namespace or own_namespace(os.environ)[0]
     with contextlib.suppress(KeyboardInterrupt):
@@ -135,6 +136,13 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--body-timeout", type=float, default=defaults.body_timeout_seconds, help="seconds to receive a body"
+    )
+    p.add_argument(
+        "--upstream-idle-timeout",
+        type=float,
+        default=defaults.upstream_idle_seconds,
+        help="seconds an upstream may send nothing (its response, or the next byte of a stream) before it is "
+        "given up (504 before the response started)",
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,30 @@ class Body:
     @property
     def size(self) -> int:
         return len(self.data) if self.data is not None else 0
+
+
+class StreamedBody:
+    """A body that is not read to route it (not JSON): passed on to the upstream as it comes, within the
+    same deadline as a JSON body (a body sent a byte every few seconds held a connection, an upstream's and
+    a slot for as long as its sender liked)."""
+
+    def __init__(self, stream: aiohttp.StreamReader, seconds: float) -> None:
+        self.stream = stream
+        self.seconds = seconds
+        self.expired = False  # the deadline passed before the body ended: the request's answer is 408
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        while True:
+            try:
+                chunk = await asyncio.wait_for(self.stream.readany(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                self.expired = True
+                raise
+            if not chunk:
+                return
+            yield chunk
 
 
 def source_address(request: web.Request) -> str:

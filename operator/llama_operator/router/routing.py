@@ -29,6 +29,11 @@ CLUSTER_DOMAIN_SUFFIXES = (".svc.cluster.local", ".svc")
 
 ServiceKey = tuple[str, str]  # (namespace, name)
 
+FORBIDDEN = (
+    "requests are accepted from pods of the namespaces this router serves (or from a trusted gateway); "
+    "this source address is neither"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceInfo:
@@ -107,10 +112,11 @@ def host_key(host: str | None, default_namespace: str | None) -> ServiceKey | No
     return None
 
 
-def _not_reachable(caller: Caller, what: str) -> Resolution:
-    # The same answer whether the service exists elsewhere or not: another tenant's names are not disclosed.
+def _not_reachable(caller: Caller) -> Resolution:
+    # One answer whether the service exists in another namespace or nowhere, and not naming what was asked:
+    # another tenant's names are not disclosed, not even by a difference in the answer.
     scope = f"namespace {caller.namespace!r}" if caller.namespace else "this address"
-    return Resolution(None, 404, f"no LlamaService {what} is reachable from {scope}")
+    return Resolution(None, 404, f"no LlamaService of that name is reachable from {scope}")
 
 
 def resolve(
@@ -124,12 +130,7 @@ def resolve(
 ) -> Resolution:
     """The LlamaService a request is for, or the status and message that say why none is."""
     if caller.namespace is None and not caller.trusted:
-        return Resolution(
-            None,
-            403,
-            "requests are accepted from pods of the namespaces this router serves (or from a trusted "
-            "gateway); this source address is neither",
-        )
+        return Resolution(None, 403, FORBIDDEN)
     home = caller.namespace
     if caller.trusted and namespace_header:
         home = namespace_header.strip()
@@ -138,14 +139,14 @@ def resolve(
         key = (namespace, name) if slash else (home or "", namespace)
         service = services.get(key)
         if service is None or not may_reach(caller, key, service):
-            return _not_reachable(caller, repr(explicit.strip()))
+            return _not_reachable(caller)
         return Resolution(key, 0, "")
     key_from_host = host_key(host, home)
     if key_from_host is not None:
         service = services.get(key_from_host)
-        if service is not None:
-            if not may_reach(caller, key_from_host, service):
-                return _not_reachable(caller, f"{key_from_host[1]}.{key_from_host[0]}")
+        # A Host that names no service this caller may reach is as one that names none (the router's own
+        # name, usually): `model` decides, so another tenant's service answers exactly as an absent one.
+        if service is not None and may_reach(caller, key_from_host, service):
             return Resolution(key_from_host, 0, "")
     if model:
         if home is None:
@@ -199,6 +200,10 @@ class Limits:
     header_timeout_seconds: float = 15.0  # a connection's request headers, complete, within this
     body_timeout_seconds: float = 30.0  # a request body, complete, within this
     max_json_depth: int = 64  # nesting of a JSON body (OpenAI bodies nest a few levels; tool schemas more)
+    # An upstream that sends nothing (no response, or no byte of a stream) for this long is given up: 504
+    # before the response started, the stream cut after. vLLM sends a response that is not streamed whole
+    # at the end: this bounds a whole generation then.
+    upstream_idle_seconds: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from llama_operator.router.load import PodLoad
 from llama_operator.router.metrics import RouterMetrics
 from llama_operator.router.picker import prefix_key, prompt_prefix
 from llama_operator.router.routing import (
+    FORBIDDEN,
     NAMESPACE_HEADER,
     SERVICE_HEADER,
     Caller,
@@ -65,7 +66,12 @@ class Router:
             view, self.metrics, self.limits, demand_interval_seconds=demand_interval_seconds
         )
         self.upstream = Upstream(
-            view, self.load, self.metrics, upstream_override=override, first_token=self.holding.first_token
+            view,
+            self.load,
+            self.metrics,
+            upstream_override=override,
+            first_token=self.holding.first_token,
+            limits=self.limits,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.active = 0  # requests being handled now (held or forwarded)
@@ -135,6 +141,9 @@ class Router:
         received = time.monotonic()
         try:
             caller = self.caller(request)
+            if caller.namespace is None and not caller.trusted:  # refused before a byte of its body is read
+                self.metrics.requests.labels(outcome="forbidden").inc()
+                return error(403, FORBIDDEN)
             body = await read_body(request, self.limits, self.budgets, claim)
             model = body.parsed.get("model") if body.parsed else None
             namespace_header = request.headers.get(NAMESPACE_HEADER)
@@ -193,9 +202,6 @@ class Router:
 
     def _models(self, caller: Caller, namespace_header: str | None) -> web.Response:
         self.metrics.requests.labels(outcome="models").inc()
-        if caller.namespace is None and not caller.trusted:
-            self.metrics.requests.labels(outcome="forbidden").inc()
-            return error(403, "requests are accepted from pods of the namespaces this router serves")
         known = self.view.known()
         data = [
             {"id": model, "object": "model", "created": 0, "owned_by": f"{key[0]}/{key[1]}"}
@@ -211,6 +217,20 @@ def proxy_app(router: Router) -> web.Application:
     app = web.Application(client_max_size=router.limits.max_body_bytes)
     app.router.add_route("*", "/{tail:.*}", router.handle)
     return app
+
+
+def proxy_runner(router: Router) -> web.AppRunner:
+    """The proxy app as the router serves it. A client that leaves cancels its request's handler (its hold,
+    its stream: what it held goes back at once, not at the hold's end). keepalive_timeout doubles as the
+    header timeout: aiohttp closes a connection that has not completed a request's headers within it,
+    counted from the connection's start or its last response."""
+    return web.AppRunner(
+        proxy_app(router),
+        access_log=None,
+        keepalive_timeout=router.limits.header_timeout_seconds,
+        shutdown_timeout=2.0,
+        handler_cancellation=True,
+    )
 
 
 def admin_app(router: Router) -> web.Application:
@@ -249,14 +269,7 @@ async def listening(
 ) -> AsyncIterator[web.TCPSite]:
     """Both listeners; on exit, the proxy's listener closes first (no new connection), held and streaming
     requests get `drain_seconds` to finish (held ones past it: 503 + Retry-After), then the rest is cut."""
-    # keepalive_timeout doubles as the header timeout: aiohttp closes a connection that has not completed a
-    # request's headers within it, counted from the connection's start or its last response.
-    proxy = web.AppRunner(
-        proxy_app(router),
-        access_log=None,
-        keepalive_timeout=router.limits.header_timeout_seconds,
-        shutdown_timeout=2.0,
-    )
+    proxy = proxy_runner(router)
     admin = web.AppRunner(admin_app(router), access_log=None)
     await proxy.setup()
     await admin.setup()

@@ -6,6 +6,7 @@ pod that just turned ready may not accept yet); never after a byte of the reques
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,14 +16,17 @@ import aiohttp
 from aiohttp import web
 
 from llama_operator.router.cluster import ClusterView
-from llama_operator.router.intake import Body, error
+from llama_operator.router.intake import Body, StreamedBody, error
 from llama_operator.router.load import PodLoad
 from llama_operator.router.metrics import RouterMetrics
 from llama_operator.router.picker import adapter_endpoints, pick, prompt_tokens_estimate
-from llama_operator.router.routing import HOP_BY_HOP, ServiceInfo, ServiceKey, forwarded_headers
+from llama_operator.router.routing import HOP_BY_HOP, Limits, ServiceInfo, ServiceKey, forwarded_headers
 
+CONNECT_TIMEOUT_SECONDS = 5.0
 CONNECT_RETRY_SECONDS = 10.0  # a pod that just turned ready may refuse connections for a moment
 REFUSED_PAUSE_SECONDS = 0.2  # every pod refused: a pause before trying them again
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,8 +63,10 @@ class Upstream:
         *,
         upstream_override: str | None,
         first_token: Callable[[ServiceKey, float | None], None],
+        limits: Limits,
     ) -> None:
         self.view = view
+        self.limits = limits
         self.load = load
         self.metrics = metrics
         self.upstream_override = upstream_override
@@ -71,7 +77,11 @@ class Upstream:
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            # Every upstream call has a deadline: the connection within seconds, then each byte of the
+            # response (its headers included) within the idle limit.
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=self.limits.upstream_idle_seconds
+            ),
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             auto_decompress=False,
         )
@@ -160,11 +170,14 @@ class Upstream:
         """One try: the relayed response, or why the connection was refused (nothing was sent)."""
         assert self.session is not None
         base = self.upstream_override or f"http://{endpoint}"
+        streamed = None
+        if req.body.data is None and req.body.stream is not None:
+            streamed = StreamedBody(req.body.stream, self.limits.body_timeout_seconds)
         with (
             self.load.in_flight(endpoint, prompt_tokens) as answered,
             self.metrics.inflight.track_inprogress(),
         ):
-            data: Any = req.body.data if req.body.data is not None else req.body.stream
+            data: Any = req.body.data if streamed is None else streamed.chunks()
             upstream_cm = self.session.request(
                 req.http.method,
                 f"{base}{req.http.rel_url}",
@@ -178,10 +191,23 @@ class Upstream:
                 upstream = await upstream_cm.__aenter__()
             except aiohttp.ClientConnectorError as err:
                 return str(err)
+            except (aiohttp.ClientError, TimeoutError) as err:  # sent (perhaps in part): never tried again
+                return self._failed(endpoint, err, streamed)
             try:
                 return await self._relay(req, upstream, answered)
             finally:
                 await upstream_cm.__aexit__(None, None, None)
+
+    def _failed(self, endpoint: str, err: Exception, streamed: StreamedBody | None) -> web.Response:
+        """The answer when the upstream call failed before its response started."""
+        if streamed is not None and streamed.expired:
+            self.metrics.requests.labels(outcome="rejected").inc()
+            self.metrics.rejected.labels(limit="body_timeout").inc()
+            return error(408, f"the request body took over {self.limits.body_timeout_seconds:g}s")
+        self.metrics.requests.labels(outcome="upstream_error").inc()
+        if isinstance(err, TimeoutError):
+            return error(504, f"upstream {endpoint} sent nothing for {self.limits.upstream_idle_seconds:g}s")
+        return error(502, f"upstream {endpoint}: {err or type(err).__name__}")
 
     async def _relay(
         self, req: Request, upstream: aiohttp.ClientResponse, answered: Callable[[], None]
@@ -192,12 +218,22 @@ class Upstream:
                 response.headers.add(name, value)
         await response.prepare(req.http)
         first = True
-        async for chunk in upstream.content.iter_any():
-            if first:
-                first = False
-                answered()
-                self.first_token(req.key, req.held_since)
-            await response.write(chunk)
+        try:
+            async for chunk in upstream.content.iter_any():
+                if first:
+                    first = False
+                    answered()
+                    self.first_token(req.key, req.held_since)
+                await response.write(chunk)
+        except ConnectionResetError:  # the client left mid-stream
+            self.metrics.requests.labels(outcome="client_gone").inc()
+            return response
+        except (aiohttp.ClientError, TimeoutError) as err:  # the pod died or went silent mid-stream
+            log.info("upstream %s/%s: the stream ended early: %s", *req.key, err or type(err).__name__)
+            self.metrics.requests.labels(outcome="upstream_error").inc()
+            if req.http.transport is not None:
+                req.http.transport.abort()  # the client sees a cut stream, never a clean end
+            return response
         if first:
             self.first_token(req.key, req.held_since)
         await response.write_eof()
