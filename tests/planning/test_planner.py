@@ -54,7 +54,7 @@ def test_t4_kv_cache_is_near_the_design_estimate() -> None:
 
 
 def test_fp8_on_t4_is_refused_naming_the_compute_capability() -> None:
-    with pytest.raises(PlanningError, match=r"fp8.*8\.9.*t4 is sm_75"):
+    with pytest.raises(PlanningError, match=r"fp8.*sm_80 or newer.*W8A8.*sm_89.*t4 is sm_75.*AWQ or GPTQ"):
         plan(spec({"type": "t4"}, {"quantization": "fp8"}))
     with pytest.raises(PlanningError, match=r"kv-cache-dtype fp8.*t4 \(sm_75\)"):
         plan(spec({"type": "t4"}, {"extraArgs": ["--kv-cache-dtype", "fp8"]}))

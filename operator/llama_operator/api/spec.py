@@ -227,6 +227,16 @@ class ModelSpec(WireModel):
         ModelArchitecture | None,
         Field(description="Model shape; required when the model is not in the operator's built-in catalog."),
     ] = None
+    quantization: Annotated[
+        Quantization | None,
+        Field(
+            description="How the checkpoint's weights are stored, where its name does not say it (the planner "
+            "reads well-known publishers' names: ...-FP8, ...-FP8-dynamic, ...-quantized.w8a8, ...-AWQ-INT4, "
+            "...-GPTQ-INT4). fp8: an FP8 checkpoint (W8A8 on GPUs with FP8 tensor cores, weight-only through "
+            "Marlin from compute capability 8.0); none: 16-bit weights. vLLM reads the scheme from the "
+            "checkpoint; this sizes the weights and checks the GPU runs it."
+        ),
+    ] = None
     trust_remote_code: Annotated[
         bool,
         Field(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from llama_operator.api.spec import ModelArchitecture
+from llama_operator.catalog.checkpoints import read_checkpoint_name
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,21 @@ def _llama3_70b(hub_id: str, max_context: int) -> KnownModel:
     )
 
 
+def _llama31_405b(hub_id: str) -> KnownModel:
+    return _known(
+        hub_id,
+        layers=126,
+        kv_heads=8,
+        head_dim=128,
+        parameters=405_853_388_800,
+        max_context=131_072,
+        vocab=128_256,
+        hidden=16_384,
+        intermediate=53_248,
+        tied=False,
+    )
+
+
 KNOWN_MODELS: tuple[KnownModel, ...] = (
     _known(
         "meta-llama/Llama-3.2-1B",
@@ -148,18 +164,8 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
     _llama3_70b("meta-llama/Meta-Llama-3.1-70B", 131_072),
     _llama3_70b("meta-llama/Llama-3.3-70B", 131_072),
     _llama3_70b("meta-llama/Meta-Llama-3-70B", 8192),
-    _known(
-        "meta-llama/Llama-3.1-405B",
-        layers=126,
-        kv_heads=8,
-        head_dim=128,
-        parameters=405_853_388_800,
-        max_context=131_072,
-        vocab=128_256,
-        hidden=16_384,
-        intermediate=53_248,
-        tied=False,
-    ),
+    _llama31_405b("meta-llama/Llama-3.1-405B"),
+    _llama31_405b("meta-llama/Meta-Llama-3.1-405B"),
     _known(
         "meta-llama/Llama-2-7b",
         layers=32,
@@ -227,12 +233,20 @@ _BY_KEY: Mapping[str, KnownModel] = {_key(m.hub_id): m for m in KNOWN_MODELS}
 def find_model(model_name: str) -> KnownModel | None:
     """The built-in entry for a hub id or a local path naming a known model, or None.
 
-    Case-insensitive; `-Instruct`, `-chat`, `-hf` variants share their base model's shape.
+    Case-insensitive; `-Instruct`, `-chat`, `-hf` variants share their base model's shape, and so do
+    quantized checkpoints named after it (`...-FP8`, `...-AWQ-INT4`).
     """
     exact = _BY_ID.get(model_name.strip().lower())
     if exact is not None:
         return exact
-    return _BY_KEY.get(_key(model_name))
+    by_key = _BY_KEY.get(_key(model_name))
+    if by_key is not None:
+        return by_key
+    # A quantized checkpoint by a publisher's name: the base model's shape (catalog/checkpoints.py).
+    checkpoint = read_checkpoint_name(model_name)
+    if checkpoint.quantization is None:
+        return None
+    return _BY_ID.get(checkpoint.base_name.lower()) or _BY_KEY.get(_key(checkpoint.base_name))
 
 
 def model_shape(model_name: str, architecture: ModelArchitecture | None = None) -> ModelShape:

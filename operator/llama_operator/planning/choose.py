@@ -14,7 +14,7 @@ from llama_operator.api.spec import (
 )
 from llama_operator.catalog.vllm import measurable_tpot_at_least
 from llama_operator.planning.config import PlanningConfig
-from llama_operator.planning.engine import size_engine, try_size_engine
+from llama_operator.planning.engine import fp8_kernel, size_engine, try_size_engine
 from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.inventory import Inventory
 from llama_operator.planning.model import (
@@ -74,12 +74,21 @@ def smallest_fitting(request: Request, config: PlanningConfig) -> str:
     return message
 
 
-def multi_node_hint(request: Request, candidate: Candidate, config: PlanningConfig) -> str:
-    """Where a replica does not fit one node of the spec's GPU: the fewest nodes of it that would hold it
-    (a LeaderWorkerSet group, pipeline parallel across them), said before any other GPU type."""
+def fits_on_more_hint(request: Request, candidate: Candidate, config: PlanningConfig) -> str:
+    """Where a replica does not fit the spec's GPUs: the fewest more of the same GPU that hold it, on one node
+    (accelerator.count) or, where no node of it does, over several (accelerator.nodes: a LeaderWorkerSet
+    group, pipeline parallel across them); said before any other GPU type."""
     accel = candidate.accelerator
     if not accel.is_gpu or candidate.mig is not None or candidate.nodes > 1:
         return ""
+    counts = [n for n in TENSOR_PARALLEL_COUNTS if candidate.count < n <= config.max_gpus_per_replica]
+    for count in counts:
+        option = catalog_candidate(accel, count=count)
+        if try_size_engine(request, option, config) is not None:
+            return (
+                f"on {accel.type} it fits as accelerator.count {count} ({option.price(config):.2f}/h relative "
+                "price); else "
+            )
     per_node = max(n for n in TENSOR_PARALLEL_COUNTS if n <= config.max_gpus_per_replica)
     for nodes in MULTI_NODE_COUNTS:
         option = catalog_candidate(accel, count=per_node, nodes=nodes)
@@ -88,6 +97,22 @@ def multi_node_hint(request: Request, candidate: Candidate, config: PlanningConf
                 f"on {accel.type} it fits as accelerator.count {per_node} with accelerator.nodes {nodes} "
                 f"({option.name}, pipeline parallel across the nodes, {option.price(config):.2f}/h relative "
                 "price); else "
+            )
+    return ""
+
+
+def fp8_hint(request: Request, candidates: list[Candidate], config: PlanningConfig) -> str:
+    """Where 16-bit weights are refused: FP8 (vLLM quantizes them as it loads them) on the first of
+    `candidates` it plans on, in half the weight bytes and reads."""
+    if request.quantization is not Quantization.NONE:
+        return ""
+    fp8 = replace(request, quantization=Quantization.FP8, quantization_in_flight=True)
+    for candidate in candidates:
+        kernel = fp8_kernel(candidate.accelerator)
+        if kernel is not None and try_size_engine(fp8, candidate, config) is not None:
+            return (
+                f"engine.quantization fp8 plans on {candidate.name} (vLLM quantizes the 16-bit weights to 8 bits "
+                f"as it loads them, {kernel} there); "
             )
     return ""
 
@@ -145,16 +170,26 @@ def _choose_auto(
                     f"({candidate.price(config):.2f}/h relative price)"
                 )
                 return sized, notes
-    _raise_if_tpot_unreachable(request, config, [*present, *multi], inventory)
+    placed = [
+        place_candidate(option, config, inventory).candidate if inventory is not None else option
+        for option in present
+    ]
+    fp8 = fp8_hint(request, placed, config)
+    try:
+        _raise_if_tpot_unreachable(request, config, [*present, *multi], inventory)
+    except PlanningError as error:
+        if not fp8:
+            raise
+        raise PlanningError(f"{error.message}; {fp8.removesuffix('; ')}") from None
     if inventory is not None:
         unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
         raise PlanningError(
             f"no accelerator present in the cluster fits {request.model_name} (present: "
             f"{inventory.describe()}); "
-            f"{smallest_fitting(request, config)}{unknown}"
+            f"{fp8}{smallest_fitting(request, config)}{unknown}"
         )
     raise PlanningError(
-        f"no accelerator in the catalog fits {request.model_name}: {smallest_fitting(request, config)}"
+        f"no accelerator in the catalog fits {request.model_name}: {fp8}{smallest_fitting(request, config)}"
     )
 
 
@@ -263,8 +298,15 @@ def choose_and_size(
         try:
             sized = size_engine(request, placement.candidate, config)
         except DoesNotFitError as error:
-            hint = multi_node_hint(request, candidate, config)
+            hint = fp8_hint(request, [placement.candidate], config) + fits_on_more_hint(
+                request, candidate, config
+            )
             raise PlanningError(f"{error.message}; {hint}{smallest_fitting(request, config)}") from None
+        except PlanningError as error:
+            hint = fp8_hint(request, [placement.candidate], config)
+            if not hint:
+                raise
+            raise PlanningError(f"{error.message}; {hint.removesuffix('; ')}") from None
     notes += placement.notes + sized.notes
     if request.quantization is Quantization.NONE and INT8_CHECKPOINT_NAME.search(spec.model.name):
         notes.append(

@@ -17,6 +17,7 @@ from llama_operator.catalog.accelerators import (
     INT8_W8A8_FIRST_UNSUPPORTED,
     INT8_W8A8_MIN_CAPABILITY,
     Accelerator,
+    ComputeCapability,
 )
 from llama_operator.catalog.models import ModelShape
 from llama_operator.catalog.performance import CATALOG_FACTORS, Factors, StepModel, step_model
@@ -106,17 +107,48 @@ def _kv_dtype_bytes(request: Request, accel: Accelerator, dtype: str) -> int:
     return 4 if kv_dtype in ("float32", "float") else 2
 
 
+# FP8 weights as vLLM runs them: W8A8 on FP8 tensor cores (compute capability 8.9 and up: L4, L40S, H100,
+# H200, B200); weight-only W8A16 through the Marlin kernels from 8.0 (A10G, A100: weights at 8 bits, the
+# matrix math in 16), as vLLM's fp8 and compressed-tensors methods fall back to on GPUs without FP8 cores.
+FP8_MARLIN_MIN_CAPABILITY = ComputeCapability(8, 0)
+FP8_TENSOR_CORE_SPEEDUP = 2.0
+
+
+def fp8_kernel(accel: Accelerator) -> str | None:
+    """How vLLM runs FP8 weights on `accel`: 'W8A8', 'W8A16' (Marlin), or None where it cannot."""
+    if accel.supports_fp8:
+        return "W8A8"
+    cc = accel.compute_capability
+    if cc is not None and cc.at_least(FP8_MARLIN_MIN_CAPABILITY.major, FP8_MARLIN_MIN_CAPABILITY.minor):
+        return "W8A16"
+    return None
+
+
+def _fp8_note(request: Request, accel: Accelerator) -> str:
+    where = (
+        f"from {request.quantization_read_from}" if request.quantization_read_from else "engine.quantization"
+    )
+    loaded = (
+        "quantized by vLLM as it loads the 16-bit checkpoint" if request.quantization_in_flight else where
+    )
+    if fp8_kernel(accel) == "W8A8":
+        return f"fp8 ({loaded}): W8A8 on {accel.type}'s FP8 tensor cores, weights at 8 bits"
+    return (
+        f"fp8 ({loaded}): weight-only (W8A16) through vLLM's Marlin kernels, {accel.type} "
+        f"({accel.compute_capability}) has no FP8 tensor cores: weights at 8 bits, the matrix math in 16"
+    )
+
+
 def _check_capabilities(request: Request, candidate: Candidate) -> None:
     accel = candidate.accelerator
-    if request.quantization == Quantization.FP8 and not accel.supports_fp8:
-        where = (
-            f"{accel.type} is {accel.compute_capability}" if accel.is_gpu else "cpu has no FP8 tensor cores"
-        )
+    if request.quantization == Quantization.FP8 and fp8_kernel(accel) is None:
+        where = f"{accel.type} is {accel.compute_capability}" if accel.is_gpu else "vLLM's CPU build has none"
+        field = request.quantization_read_from or "engine.quantization"
         raise PlanningError(
-            f"engine.quantization fp8 needs FP8 support (compute capability {FP8_MIN_CAPABILITY.major}."
-            f"{FP8_MIN_CAPABILITY.minor} or newer: sm_89 l4, sm_90 h100-80gb); {where}: use quantization "
-            "none, awq "
-            "or gptq, or accelerator l4 or h100-80gb"
+            f"fp8 weights ({field}) need compute capability {FP8_MARLIN_MIN_CAPABILITY} or newer (weight-only "
+            f"W8A16 through vLLM's Marlin kernels; W8A8 on FP8 tensor cores from {FP8_MIN_CAPABILITY}); "
+            f"{where}: serve a 4-bit AWQ or GPTQ checkpoint or a W8A8 INT8 one (...-quantized.w8a8) there, or "
+            "choose an accelerator from a10g (W8A16) or l4 (W8A8) up"
         )
     if request.quantization == Quantization.INT8 and not accel.supports_int8_w8a8:
         raise PlanningError(
@@ -183,6 +215,8 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
     _check_capabilities(request, candidate)
     accel = candidate.accelerator
     dtype, notes = _resolve_dtype(request, accel)
+    if request.quantization is Quantization.FP8:
+        notes.append(_fp8_note(request, accel))
     kv_dtype_bytes = _kv_dtype_bytes(request, accel, dtype)
     shape = request.shape
     weights = weight_bytes(shape, dtype_bytes=dtype_bytes(dtype), quantization=request.quantization)
@@ -206,8 +240,17 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
             )
 
     factors = _measured_factors(request, candidate)
+    # W8A8 FP8 runs the prompt's matrix math on FP8 tensor cores: twice the dense FP16 rate on Ada, Hopper
+    # and Blackwell (NVIDIA's data sheets: L4 242 against 121 TFLOPS, H100 SXM 1979 against 989).
+    fp8_cores = request.quantization is Quantization.FP8 and fp8_kernel(accel) == "W8A8"
     steps = _step_model(
-        candidate, weights, memory.kv_bytes_per_token, shape, eager=memory.enforce_eager, factors=factors
+        candidate,
+        weights,
+        memory.kv_bytes_per_token,
+        shape,
+        eager=memory.enforce_eager,
+        factors=factors,
+        compute_speedup=FP8_TENSOR_CORE_SPEEDUP if fp8_cores else 1.0,
     )
     tuning = tpot_tuning(request, candidate, steps, config)
     max_model_len = _max_model_len(request, candidate, kv_tokens, tuning, required=required, notes=notes)
@@ -504,6 +547,7 @@ def _step_model(
     *,
     eager: bool,
     factors: Factors = CATALOG_FACTORS,
+    compute_speedup: float = 1.0,
 ) -> StepModel:
     accel = candidate.accelerator
     if candidate.mig is not None:
@@ -511,6 +555,7 @@ def _step_model(
     else:
         bandwidth = accel.bandwidth_bytes_per_s * candidate.count
         tflops = accel.fp16_dense_tflops * candidate.count
+    tflops *= compute_speedup
     link = accel.interconnect
     return step_model(
         bandwidth_bytes_per_s=bandwidth,

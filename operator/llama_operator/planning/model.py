@@ -20,6 +20,7 @@ from llama_operator.catalog.accelerators import (
     Accelerator,
     MigProfile,
 )
+from llama_operator.catalog.checkpoints import read_checkpoint_name
 from llama_operator.catalog.models import ModelShape, UnknownModelError, model_shape
 from llama_operator.catalog.performance import StepModel
 from llama_operator.planning.adapters import LoraCapacity
@@ -107,6 +108,10 @@ class Request:
     gpu_memory_utilization: float | None
     extra: ExtraArgs
     slo: SLOSpec | None = None  # the autoscaled service's objective; None without autoscaling
+    # fp8 from a 16-bit checkpoint, quantized by vLLM as it loads (--quantization fp8); False for a checkpoint
+    # stored quantized, whose quantization_config vLLM reads.
+    quantization_in_flight: bool = False
+    quantization_read_from: str | None = None  # model.quantization or the name's suffix; None: engine's
     adapters: tuple[LoRAAdapter, ...] = ()
     draft: Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
     # Efficiency factors measured on the service's replicas (reconcile/engine.py): the step model of the
@@ -188,6 +193,31 @@ def dtype_bytes(dtype: str) -> int:
 # --- entry point ----------------------------------------------------------------------------------
 
 
+def resolve_quantization(spec: LlamaServiceSpec) -> tuple[Quantization, bool, str | None]:
+    """How the weights are stored, whether vLLM quantizes them as it loads them (fp8 on the fly from a 16-bit
+    checkpoint: engine.quantization fp8), and where the scheme was read (None: engine.quantization).
+
+    The checkpoint's own scheme comes from spec.model.quantization, else from its name (catalog/checkpoints.py);
+    engine.quantization may repeat it, not contradict it."""
+    engine = spec.engine.quantization
+    checkpoint = read_checkpoint_name(spec.model.name)
+    if spec.model.quantization is not None:
+        stored, read_from = spec.model.quantization, "model.quantization"
+    elif checkpoint.quantization is not None:
+        stored, read_from = checkpoint.quantization, f"the name's suffix {checkpoint.suffix}"
+    else:
+        return engine, engine is Quantization.FP8, None
+    if stored is Quantization.NONE:
+        return engine, engine is Quantization.FP8, None
+    if engine not in (Quantization.NONE, stored):
+        raise PlanningError(
+            f"engine.quantization {engine.value} contradicts the checkpoint's {stored.value} weights (from "
+            f"{read_from}): remove engine.quantization (vLLM reads the checkpoint's scheme), or set "
+            "model.quantization to how the checkpoint is stored"
+        )
+    return stored, False, read_from
+
+
 def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
     try:
         shape = model_shape(spec.model.name, spec.model.architecture)
@@ -200,11 +230,14 @@ def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
             f"engine.maxModelLen {engine.max_model_len} exceeds the context of {spec.model.name} "
             f"({shape.max_context} tokens): set it to at most {shape.max_context}"
         )
+    quantization, in_flight, read_from = resolve_quantization(spec)
     return Request(
         model_name=spec.model.name,
         shape=shape,
         dtype=engine.dtype,
-        quantization=engine.quantization,
+        quantization=quantization,
+        quantization_in_flight=in_flight,
+        quantization_read_from=read_from,
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,

@@ -74,8 +74,10 @@ def vllm_args(
         ]
     args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
     quantization = request.quantization
-    if quantization is Quantization.FP8:
-        # In-flight quantization of a 16-bit checkpoint: vLLM must be told.
+    if quantization is Quantization.FP8 and request.quantization_in_flight:
+        # In-flight quantization of a 16-bit checkpoint: vLLM must be told. An FP8 checkpoint's own
+        # quantization_config names its method (fp8, compressed-tensors, fbgemm_fp8): naming another here
+        # would make vLLM refuse it.
         args += ["--quantization", quantization.value]
     elif quantization is Quantization.INT8:
         # The checkpoint's quantization_config (compressed-tensors) names the scheme; naming the format
