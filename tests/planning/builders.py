@@ -9,6 +9,14 @@ from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.planning import Inventory, PlanningConfig, plan_service
 
 LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct"
+# Llama 3.1 8B's config.json, as spec.model.architecture: for a checkpoint the catalog does not know by name.
+LLAMA_8B_ARCHITECTURE = {
+    "layers": 32,
+    "kvHeads": 8,
+    "headDim": 128,
+    "parameters": 8_030_261_248,
+    "maxContext": 131072,
+}
 
 
 def spec(

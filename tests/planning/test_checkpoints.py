@@ -10,17 +10,10 @@ from llama_operator.api.spec import LlamaServiceSpec, Quantization
 from llama_operator.catalog.checkpoints import read_checkpoint_name
 from llama_operator.catalog.models import find_model
 from llama_operator.planning import PlanningError
-from tests.planning.builders import plan, spec
+from tests.planning.builders import LLAMA_8B_ARCHITECTURE, plan, spec
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
-LLAMA_8B_ARCHITECTURE = {
-    "layers": 32,
-    "kvHeads": 8,
-    "headDim": 128,
-    "parameters": 8_030_261_248,
-    "maxContext": 131072,
-}
 
 # Names as their publishers spell them on the Hugging Face hub, the base model and the scheme they say.
 PUBLISHED = [

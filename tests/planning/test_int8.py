@@ -12,15 +12,6 @@ from tests.planning.builders import gpu_node, plan, spec
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 W8A8_8B = "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8"
-# RedHatAI's W8A8 checkpoints keep the Llama 3.1 8B architecture; the planner needs it for a hub id it does
-# not know.
-LLAMA_8B_ARCHITECTURE = {
-    "layers": 32,
-    "kvHeads": 8,
-    "headDim": 128,
-    "parameters": 8_030_261_248,
-    "maxContext": 131072,
-}
 
 
 def test_int8_halves_the_linear_weights_and_the_kv_cache_grows() -> None:
