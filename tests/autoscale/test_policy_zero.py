@@ -251,7 +251,7 @@ def test_a_timed_out_wake_is_a_condition_and_a_warning_event() -> None:
         None,
         decision,
         pending,
-        slo_ttft_seconds=1.0,
+        slo=SLOSpec(ttft_seconds=1.0),
         prometheus_error=None,
         generation=1,
         now=datetime(2026, 1, 1, tzinfo=UTC),

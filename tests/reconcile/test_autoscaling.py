@@ -5,19 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
-from llama_operator.reconcile.autoscaling import (
+from llama_operator.infra.status_writes import (
     StatusWrite,
-    autoscale_outcome,
-    autoscaler_state,
-    condition_transitions,
     last_evaluation_time,
     pick_refreshes,
     refresh_budget,
     status_write,
 )
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, condition_transitions
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=4)
@@ -73,7 +71,7 @@ def test_no_data_holds_sets_condition_and_warns_once() -> None:
         None,
         decision,
         sig,
-        slo_ttft_seconds=0.5,
+        slo=SLOSpec(ttft_seconds=0.5),
         prometheus_error="connection refused",
         generation=1,
         now=NOW,
@@ -85,7 +83,13 @@ def test_no_data_holds_sets_condition_and_warns_once() -> None:
     assert [e.reason for e in out.events] == ["NoMetrics"]
     assert out.events[0].warning
     again = autoscale_outcome(
-        out.status_patch, decision, sig, slo_ttft_seconds=0.5, prometheus_error=None, generation=1, now=NOW
+        out.status_patch,
+        decision,
+        sig,
+        slo=SLOSpec(ttft_seconds=0.5),
+        prometheus_error=None,
+        generation=1,
+        now=NOW,
     )
     assert again.events == []  # no Event storm while the outage lasts
 
@@ -96,7 +100,7 @@ def test_scale_up_records_decision_and_event() -> None:
         SPEC, sig, autoscaler_state({"plan": {"accelerator": "t4", "prefillTokensPerSecond": 10500}}), 1000.0
     )
     out = autoscale_outcome(
-        None, decision, sig, slo_ttft_seconds=0.5, prometheus_error=None, generation=1, now=NOW
+        None, decision, sig, slo=SLOSpec(ttft_seconds=0.5), prometheus_error=None, generation=1, now=NOW
     )
     assert out.replicas is not None and out.replicas > 2
     auto = out.status_patch["autoscaling"]
@@ -238,8 +242,7 @@ def slo_met_outcome(
         None,
         decision,
         sig,
-        slo_ttft_seconds=0.5,
-        slo_tpot_seconds=tpot_objective,
+        slo=SLOSpec(ttft_seconds=0.5, tpot_seconds=tpot_objective),
         prometheus_error=None,
         generation=1,
         now=NOW,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llama_operator.api.autoscaling import AutoscalerState
-from llama_operator.api.spec import AutoscalingSpec
+from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals
 from llama_operator.reconcile.autoscaling import (
@@ -32,7 +32,7 @@ def outcome(
         status,
         decision,
         seen,
-        slo_ttft_seconds=0.5,
+        slo=SLOSpec(ttft_seconds=0.5),
         prometheus_error=None,
         generation=1,
         now=NOW,
@@ -85,7 +85,7 @@ def test_the_wake_the_activator_timed_is_shown_in_status() -> None:
         None,
         decision,
         idle(1),
-        slo_ttft_seconds=0.5,
+        slo=SLOSpec(ttft_seconds=0.5),
         prometheus_error=None,
         generation=1,
         now=NOW,

@@ -13,14 +13,8 @@ from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 from llama_operator.api.times import micro_rfc3339
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
-from llama_operator.reconcile.autoscaling import (
-    StatusWrite,
-    autoscale_outcome,
-    autoscaler_state,
-    human_seconds,
-    slo_words,
-    status_write,
-)
+from llama_operator.infra.status_writes import StatusWrite, status_write
+from llama_operator.reconcile.autoscaling import autoscale_outcome, autoscaler_state, human_seconds, slo_words
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SPEC = AutoscalingSpec(min_replicas=1, max_replicas=4, slo=SLOSpec(ttft_seconds=1, tpot_seconds=0.05))
@@ -73,9 +67,7 @@ def test_status_carries_the_columns_strings_next_to_the_numbers() -> None:
         None,
         decision,
         sig,
-        slo_ttft_seconds=1,
-        slo_tpot_seconds=0.05,
-        slo_percentile=95,
+        slo=SLOSpec(ttft_seconds=1, tpot_seconds=0.05, percentile=95),
         prometheus_error=None,
         generation=1,
         now=NOW,
@@ -130,8 +122,7 @@ def test_an_upgrade_from_unix_seconds_rewrites_the_state_once() -> None:
         old,
         decision,
         sig,
-        slo_ttft_seconds=1,
-        slo_tpot_seconds=0.05,
+        slo=SLOSpec(ttft_seconds=1, tpot_seconds=0.05),
         prometheus_error=None,
         generation=1,
         now=NOW,
@@ -150,8 +141,7 @@ def test_an_upgrade_from_unix_seconds_rewrites_the_state_once() -> None:
         stored,
         decide(SPEC, sig, autoscaler_state(stored), 1000.0),
         sig,
-        slo_ttft_seconds=1,
-        slo_tpot_seconds=0.05,
+        slo=SLOSpec(ttft_seconds=1, tpot_seconds=0.05),
         prometheus_error=None,
         generation=1,
         now=NOW,

@@ -1,11 +1,12 @@
-"""Kubernetes-style status conditions, and the pure function that updates a list of them."""
+"""Kubernetes-style status conditions: the one place they are read from a status (or a status patch) and written
+back, and the pure function that updates a list of them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -116,3 +117,39 @@ def set_conditions(
 
 def find_condition(conditions: list[Condition], type: str) -> Condition | None:
     return next((c for c in conditions if c.type == type), None)
+
+
+def conditions_of(status: Mapping[str, Any] | None) -> list[Condition]:
+    """The conditions of a LlamaService's status, or of a status patch, typed (none when it has none)."""
+    return [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
+
+
+def conditions_wire(conditions: Sequence[Condition]) -> list[dict[str, object]]:
+    """The conditions as a status (patch) holds them."""
+    return [c.to_wire() for c in conditions]
+
+
+class ConditionSet:
+    """The conditions being written by one evaluation: each set keeps its transition time unless its status
+    changes, and all carry the generation they were computed from."""
+
+    def __init__(self, status: Mapping[str, Any] | None, *, now: datetime, generation: int | None) -> None:
+        self.items = conditions_of(status)
+        self.now, self.generation = now, generation
+
+    def find(self, type_: str) -> Condition | None:
+        return find_condition(self.items, type_)
+
+    def set(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
+        self.items = set_condition(
+            self.items,
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            now=self.now,
+            generation=self.generation,
+        )
+
+    def to_wire(self) -> list[dict[str, object]]:
+        return conditions_wire(self.items)

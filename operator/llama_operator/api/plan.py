@@ -186,6 +186,13 @@ class Plan(WireModel):
     notes: Annotated[list[str], Field(description="Why the planner chose what it chose.")] = Field(
         default_factory=list
     )
+    unknown_gpus: Annotated[
+        str | None,
+        Field(
+            description="GPU nodes accelerator auto left out: their product matches no accelerator in the "
+            "catalog (a Warning Event UnknownGPUs when this appears or changes)."
+        ),
+    ] = None
 
 
 def status_plan(status: Mapping[str, Any] | None) -> Plan | None:

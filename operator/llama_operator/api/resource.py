@@ -141,3 +141,21 @@ def parse_llamaservice(obj: object) -> LlamaService:
         raise InvalidSpecError("metadata.name: required")
     spec = parse_spec(obj.get("spec") or {})
     return LlamaService(metadata=parse_metadata(meta), spec=spec)
+
+
+def service_spec(body: Mapping[str, Any]) -> LlamaServiceSpec:
+    """The spec of a LlamaService as the API server holds it, typed; raises InvalidSpecError naming each bad
+    field."""
+    return parse_spec(body.get("spec") or {})
+
+
+def stored_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The status of a LlamaService as the API server holds it: what a merge patch of it applies to. Its
+    fields are read typed (api/status.py read_status, api/plan.py status_plan, api/conditions.py)."""
+    status = body.get("status")
+    return dict(status) if isinstance(status, Mapping) else {}
+
+
+def has_autoscaling(body: Mapping[str, Any]) -> bool:
+    """The spec asks for autoscaling at all (enabled or not): without it there is nothing to parse."""
+    return bool((body.get("spec") or {}).get("autoscaling"))

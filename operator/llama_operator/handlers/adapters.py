@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llama_operator.api.plan import status_plan
-from llama_operator.api.resource import InvalidSpecError, parse_spec
+from llama_operator.api.resource import InvalidSpecError, service_spec, stored_status
 from llama_operator.api.times import rfc3339
 from llama_operator.catalog.vllm import MODEL_CACHE_PATH, VLLM_PORT
 from llama_operator.desired.labels import ADAPTERS_READINESS_GATE
@@ -71,10 +71,10 @@ def adapter_cycle(
             if body["metadata"].get("deletionTimestamp"):
                 continue
             try:
-                spec = parse_spec(body.get("spec"))
+                spec = service_spec(body)
             except InvalidSpecError:
                 continue  # the reconciler reports it
-            plan = status_plan(body.get("status"))
+            plan = status_plan(stored_status(body))
             adapters: list[dict[str, object]] | None = None
             if plan is not None and plan.max_loras > 0:
                 pods = list(indexes.pods.get(key, []))
@@ -85,7 +85,7 @@ def adapter_cycle(
                 adapters = [a.to_wire() for a in sync.placement]
                 _open_gates(memo, key[0], pods, replicas, sync, wanted=len(spec.adapters))
             with written.writer(key):
-                if written.current(key, body).get("adapters") == adapters:
+                if written.current_adapters(key, body) == adapters:
                     continue
                 namespace, name = key
                 patch = {"adapters": adapters}  # None removes it (merge patch) once LoRA is off

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.plan import status_plan
-from llama_operator.api.resource import InvalidSpecError, parse_spec
+from llama_operator.api.resource import InvalidSpecError, has_autoscaling, service_spec, stored_status
 from llama_operator.api.spec import DEFAULT_SLO_OBJECTIVE, AutoscalingSpec, LlamaServiceSpec
 from llama_operator.autoscale.decision import Decision
 from llama_operator.autoscale.policy import decide
@@ -31,20 +31,23 @@ from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import set_deployment_replicas
 from llama_operator.infra.metrics import Holding, OperatorMetrics, ServiceObservation
 from llama_operator.infra.prometheus import PrometheusUnavailableError
-from llama_operator.reconcile.autoscaling import (
-    AutoscaleOutcome,
+from llama_operator.infra.status_writes import (
     StatusWrite,
-    autoscale_outcome,
-    autoscaler_state,
-    condition_transitions,
     last_evaluation_time,
-    parse_demand_time,
-    parse_last_activation,
     pick_refreshes,
     refresh_budget,
     status_write,
 )
+from llama_operator.reconcile.autoscaling import (
+    AutoscaleOutcome,
+    autoscale_outcome,
+    autoscaler_state,
+    condition_transitions,
+    parse_demand_time,
+    parse_last_activation,
+)
 from llama_operator.reconcile.ownership import object_uid
+from llama_operator.reconcile.replicas import WorkloadReplicas
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,8 @@ def service_view(autoscaling: AutoscalingSpec, deployment: dict[str, Any] | None
     """Replica counts from the Deployment; None until it exists."""
     if deployment is None:
         return None
-    current = int((deployment.get("spec") or {}).get("replicas") or 0)
-    ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    replicas = WorkloadReplicas.of(deployment)
+    current, ready = replicas.desired, replicas.ready
     return ServiceView(
         percentile=autoscaling.slo.percentile,
         ready_replicas=ready,
@@ -110,7 +113,7 @@ class AutoscalerMemory:
         cached = self.specs.get(key)
         if cached is not None and cached[0] == version and version[1] is not None:
             return cached[1]
-        spec = parse_spec(body["spec"]).with_default_objective(default_objective)
+        spec = service_spec(body).with_default_objective(default_objective)
         self.specs[key] = (version, spec)
         return spec
 
@@ -135,11 +138,11 @@ class DueRefresh:
 
 def holding(key: ServiceKey, body: dict[str, Any], deployment: dict[str, Any] | None) -> Holding | None:
     """GPUs one LlamaService holds now: its Deployment's replicas x the plan's GPUs per replica."""
-    plan = status_plan(body.get("status"))
+    plan = status_plan(stored_status(body))
     if deployment is None or plan is None:
         return None
     count = plan.count * plan.nodes if _is_gpu(plan.accelerator) else 0
-    replicas = int((deployment.get("spec") or {}).get("replicas") or 0)
+    replicas = WorkloadReplicas.of(deployment).desired
     return Holding(
         namespace=key[0],
         name=key[1],
@@ -234,7 +237,7 @@ def _autoscaled_services(
             gpus = holding(key, body, deployment)
             if gpus is not None:
                 held.append(gpus)
-            if body["metadata"].get("deletionTimestamp") or not (body.get("spec") or {}).get("autoscaling"):
+            if body["metadata"].get("deletionTimestamp") or not has_autoscaling(body):
                 continue  # going, or no autoscaling to parse (parsed specs are kept for autoscaled ones only)
             try:
                 autoscaling = memory.spec(key, body, default_objective=default_objective).active_autoscaling
@@ -347,7 +350,7 @@ def _observation(
         slo_met=decision.slo_met,
         no_data_seconds=max(0.0, now - no_data_since) if no_data_since is not None else 0.0,
         scaled_to_zero=decision.desired_replicas == 0,
-        activation_seconds=(outcome.status_patch["autoscaling"].get("lastActivationSeconds")),
+        activation_seconds=outcome.activation.seconds if outcome.activation is not None else None,
     )
 
 
@@ -459,9 +462,7 @@ def _autoscale_one(
         status,
         decision,
         seen,
-        slo_ttft_seconds=spec.autoscaling.slo.ttft_seconds,
-        slo_tpot_seconds=spec.autoscaling.slo.tpot_seconds,
-        slo_percentile=spec.autoscaling.slo.percentile,
+        slo=spec.autoscaling.slo,
         prometheus_error=error,
         generation=body["metadata"].get("generation"),
         now=wall,

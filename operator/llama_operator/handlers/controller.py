@@ -20,7 +20,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from llama_operator.api.resource import InvalidSpecError, parse_spec
+from llama_operator.api.resource import InvalidSpecError, service_spec
 from llama_operator.api.settings import Settings
 from llama_operator.api.spec import GROUP, PLURAL, VERSION
 from llama_operator.desired.inference_pool import InferencePoolSchema
@@ -368,14 +368,14 @@ async def activator_endpoints_event(
         return
     controller.activator_facts[name] = facts
     for key, store in list(controller.indexes.llamaservices.items()):
-        if any(scales_to_zero(service.get("spec")) for service in store):
+        if any(scales_to_zero(service) for service in store):
             await controller.queue.add(key)
     controller.autoscaler_wake.set()
 
 
-def scales_to_zero(spec: Any) -> bool:
+def scales_to_zero(body: Mapping[str, Any]) -> bool:
     try:
-        return parse_spec(spec).scales_to_zero
+        return service_spec(body).scales_to_zero
     except InvalidSpecError:
         return False  # the reconciler reports a bad spec
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from llama_operator.api.resource import parse_spec
+from llama_operator.api.plan import Plan, status_plan
+from llama_operator.api.resource import service_spec
 from llama_operator.api.spec import LlamaServiceSpec
 from llama_operator.desired.objects import DesiredState
 from llama_operator.handlers.events import post_events
@@ -22,7 +23,6 @@ from llama_operator.handlers.indexes import (
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.written_status import WrittenStatus
 from llama_operator.infra.execute import execute
-from llama_operator.planning.choose import UNKNOWN_GPUS_NOTE
 from llama_operator.planning.inventory import Inventory, inventory_from_nodes
 from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.engine import engine_replanned_event
@@ -35,7 +35,7 @@ from llama_operator.reconcile.execution import (
     retry_delay_seconds,
 )
 from llama_operator.reconcile.outcome import ReconcileOutcome, planning_config, reconcile
-from llama_operator.reconcile.replicas import ignored_replicas_event, replicas_out_of_bounds
+from llama_operator.reconcile.replicas import WorkloadReplicas, ignored_replicas_event, replicas_out_of_bounds
 from llama_operator.reconcile.rollout import rollout_status
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def compute_outcome(
         pod_monitor=memo.pod_monitor,
         now=datetime.now(UTC),
         activator=activator_route(indexes.endpoint_slices),
-        ready_replicas=int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0),
+        ready_replicas=WorkloadReplicas.of(deployment).ready if deployment is not None else 0,
         inference_pool=getattr(memo, "inference_pool", None),
     )
 
@@ -97,15 +97,10 @@ def zero_message(spec: LlamaServiceSpec, route_ready: bool) -> str | None:
     return "idle; the activator holds the next request and wakes one replica"
 
 
-def unknown_gpus_event(before: Mapping[str, Any], status: Mapping[str, Any]) -> Event | None:
+def unknown_gpus_event(before: Plan | None, plan: Plan | None) -> Event | None:
     """A Warning when auto's plan newly says it left GPU nodes out (their product is in no catalog entry)."""
-
-    def note(of: Mapping[str, Any]) -> str | None:
-        notes = ((of.get("plan") or {}).get("notes")) or []
-        return next((n for n in notes if isinstance(n, str) and UNKNOWN_GPUS_NOTE in n), None)
-
-    now = note(status)
-    if now is None or now == note(before):
+    now = plan.unknown_gpus if plan is not None else None
+    if now is None or now == (before.unknown_gpus if before is not None else None):
         return None
     return Event("UnknownGPUs", now, warning=True)
 
@@ -144,7 +139,7 @@ def _reconcile(
             return result
         status = converged
     memo.metrics.service_status(namespace, name, {**before, **status})
-    unknown = unknown_gpus_event(before, status)
+    unknown = unknown_gpus_event(status_plan(before), status_plan(status))
     if unknown is not None:
         result.events.append(unknown)
     replanned = engine_replanned_event(before, status)
@@ -204,7 +199,7 @@ def _converge(
     if report.namespace_terminating:
         return None
     deployment = indexes.workload(key, meta.get("uid"))
-    parsed = parse_spec(body["spec"])  # valid: desired objects were built from it
+    parsed = service_spec(body)  # valid: desired objects were built from it
     result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
     result.writes = report.writes
     for kind, count in {**report.writes_by_kind}.items():

@@ -12,6 +12,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from llama_operator.api.resource import stored_status
+from llama_operator.api.status import read_status
+
 Key = tuple[str, str]
 
 
@@ -41,7 +44,12 @@ class WrittenStatus:
             if entry is not None and version in entry[0]:
                 return dict(entry[2])
             self._entries.pop(key, None)
-        return dict(body.get("status") or {})
+        return stored_status(body)
+
+    def current_adapters(self, key: Key, body: Mapping[str, Any]) -> list[dict[str, object]] | None:
+        """status.adapters as `current` knows it, as written (None: none)."""
+        adapters = read_status(self.current(key, body)).adapters
+        return None if adapters is None else [a.to_wire() for a in adapters]
 
     def record(self, key: Key, body: Mapping[str, Any], written: Mapping[str, Any] | None) -> None:
         """After a status write based on `body` (as the index showed it): `written` is the object the API
@@ -55,7 +63,7 @@ class WrittenStatus:
             stale = entry[0] | {entry[1]} if entry is not None and read in entry[0] else frozenset()
             # Every version before ours is stale (our earlier writes included); ours itself is not: the
             # index then shows what we wrote.
-            self._entries[key] = ((stale | {read}) - {wrote}, wrote, dict(written.get("status") or {}))
+            self._entries[key] = ((stale | {read}) - {wrote}, wrote, stored_status(written))
 
     def forget(self, key: Key) -> None:
         with self._lock:

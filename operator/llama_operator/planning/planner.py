@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llama_operator.api.plan import MeasuredSteps, Plan
-from llama_operator.api.spec import LlamaServiceSpec
+from llama_operator.api.spec import AcceleratorType, LlamaServiceSpec
 from llama_operator.planning.adapters import check_adapters
-from llama_operator.planning.choose import choose_and_size
+from llama_operator.planning.choose import choose_and_size, unknown_gpus_note
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.extra_args import check_trust_remote_code
 from llama_operator.planning.images import check_engine_image
@@ -68,6 +68,17 @@ def plan_service(
     request = replace(resolve_request(spec, config), measured=measured)
     sized, placement, notes = choose_and_size(spec, request, config, inventory)
     notes += ignored_field_notes(spec)
+    auto = spec.accelerator.type == AcceleratorType.AUTO
+    unknown_gpus = (
+        unknown_gpus_note(inventory) if auto and inventory is not None and inventory.unknown_gpus else None
+    )
     return render_plan(
-        spec, request, sized, served_name=served_name, placement=placement, notes=notes, config=config
+        spec,
+        request,
+        sized,
+        served_name=served_name,
+        placement=placement,
+        notes=notes,
+        config=config,
+        unknown_gpus=unknown_gpus,
     )

@@ -176,6 +176,7 @@ def render_plan(
     placement: Placement,
     notes: list[str],
     config: PlanningConfig,
+    unknown_gpus: str | None = None,
 ) -> Plan:
     """The Plan of the engine sized on its placement: the vLLM arguments and environment, the pod's
     scheduling and resources, the engine's figures and the notes of every decision."""
@@ -244,4 +245,5 @@ def render_plan(
         if request.measured is not None and request.measured.accelerator == candidate.name
         else None,
         notes=notes,
+        unknown_gpus=unknown_gpus,
     )

@@ -3,38 +3,27 @@
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import Enum
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
 from llama_operator.api.autoscaling import AutoscalerState, ScalingDecision
 from llama_operator.api.conditions import (
-    Condition,
+    ConditionSet,
     ConditionStatus,
     ConditionType,
-    find_condition,
-    set_condition,
+    conditions_of,
 )
 from llama_operator.api.plan import Plan, status_plan
+from llama_operator.api.spec import SLOSpec
+from llama_operator.api.status import stored_autoscaler_state, stored_autoscaling
 from llama_operator.api.times import rfc3339
 from llama_operator.autoscale.decision import Decision
 from llama_operator.autoscale.objective import objective_met, tpot_objective_met
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.catalog.vllm import tpot_judged_at
 from llama_operator.reconcile.execution import Event
-
-K = TypeVar("K")
-_EPOCH = datetime.fromtimestamp(0, UTC)
-
-
-def _persisted_state(stored: Mapping[str, Any]) -> AutoscalerState:
-    """The state as stored, less the fields this version does not know: a newer operator wrote them
-    before a rollback, and the rest of its memory (recommendations, learned capacity) still holds."""
-    known = {field.alias or name for name, field in AutoscalerState.model_fields.items()}
-    return AutoscalerState.model_validate({key: value for key, value in stored.items() if key in known})
 
 
 def autoscaler_state(
@@ -43,8 +32,7 @@ def autoscaler_state(
     """The policy's state as persisted in status (or as `remembered` between status writes); a first
     evaluation starts from the plan's estimate of a replica's prefill capacity, which the policy then
     corrects from what it observes."""
-    status = status or {}
-    state = remembered or _persisted_state((status.get("autoscaling") or {}).get("state") or {})
+    state = remembered or stored_autoscaler_state(status)
     plan = status_plan(status) or Plan(accelerator="")  # none yet: every estimate below unknown (0)
     prior = float(plan.prefill_tokens_per_second)
     if state.capacity_prior_tokens_per_second is None and prior > 0:
@@ -93,28 +81,7 @@ class AutoscaleOutcome:
     replicas: int | None  # the Deployment's new spec.replicas, or None to leave it
     status_patch: dict[str, Any]
     events: list[Event]
-
-
-class _Conditions:
-    """The status conditions being written: each set keeps its transition time unless it changes."""
-
-    def __init__(self, status: Mapping[str, Any] | None, *, now: datetime, generation: int | None) -> None:
-        self.items = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
-        self.now, self.generation = now, generation
-
-    def find(self, type_: ConditionType) -> Condition | None:
-        return find_condition(self.items, type_)
-
-    def set(self, type_: ConditionType, ok: ConditionStatus, reason: str, message: str) -> None:
-        self.items = set_condition(
-            self.items,
-            type=type_,
-            status=ok,
-            reason=reason,
-            message=message,
-            now=self.now,
-            generation=self.generation,
-        )
+    activation: LastActivation | None = None  # the last wake from zero the router reported
 
 
 def autoscale_outcome(
@@ -122,9 +89,7 @@ def autoscale_outcome(
     decision: Decision,
     signals: Signals,
     *,
-    slo_ttft_seconds: float,
-    slo_tpot_seconds: float | None = None,
-    slo_percentile: float = 95.0,
+    slo: SLOSpec,
     prometheus_error: str | None,
     generation: int | None,
     now: datetime,
@@ -132,24 +97,17 @@ def autoscale_outcome(
     activation: LastActivation | None = None,
 ) -> AutoscaleOutcome:
     """The status patch, the replica write and the Events of one decision."""
-    conditions = _Conditions(status, now=now, generation=generation)
+    conditions = ConditionSet(status, now=now, generation=generation)
     events = _scaling_active(conditions, decision, signals, prometheus_error)
     _scaling_limited(conditions, decision)
     _scaled_to_zero(conditions, decision, signals, scale_to_zero=scale_to_zero)
     ttft = signals.ttft_percentile_seconds
-    tpot = signals.tpot_percentile_seconds if slo_tpot_seconds is not None else None
-    _slo_met_condition(
-        conditions,
-        decision,
-        ttft=ttft,
-        slo_ttft_seconds=slo_ttft_seconds,
-        tpot=tpot,
-        slo_tpot_seconds=slo_tpot_seconds,
-    )
+    tpot = signals.tpot_percentile_seconds if slo.tpot_seconds is not None else None
+    _slo_met_condition(conditions, decision, slo, ttft=ttft, tpot=tpot)
 
     current = signals.current_replicas
-    previous = (status or {}).get("autoscaling") or {}
-    last = previous.get("lastDecision")
+    previous = stored_autoscaling(status)
+    last = previous.last_decision.to_wire() if previous is not None and previous.last_decision else None
     replicas: int | None = None
     if decision.desired_replicas != current:
         replicas = decision.desired_replicas
@@ -169,7 +127,7 @@ def autoscale_outcome(
         "observedTpotSeconds": None if decision.no_data else tpot,
         "ttft": None if decision.no_data or ttft is None else human_seconds(ttft),
         "tpot": None if decision.no_data or tpot is None else human_seconds(tpot),
-        "slo": slo_words(slo_percentile, slo_ttft_seconds, slo_tpot_seconds),
+        "slo": slo_words(slo.percentile, slo.ttft_seconds, slo.tpot_seconds),
         "observedQueueDepth": None if decision.no_data else signals.queue_waiting_total,
         "observedQueuePerReplica": None if decision.no_data else per_replica,
         "observedRequestRate": None if decision.no_data else signals.request_rate,
@@ -187,13 +145,14 @@ def autoscale_outcome(
         autoscaling["lastActivationTime"] = activation.time
     return AutoscaleOutcome(
         replicas=replicas,
-        status_patch={"autoscaling": autoscaling, "conditions": [c.to_wire() for c in conditions.items]},
+        status_patch={"autoscaling": autoscaling, "conditions": conditions.to_wire()},
         events=events,
+        activation=activation,
     )
 
 
 def _scaling_active(
-    conditions: _Conditions, decision: Decision, signals: Signals, prometheus_error: str | None
+    conditions: ConditionSet, decision: Decision, signals: Signals, prometheus_error: str | None
 ) -> list[Event]:
     """ScalingActive: whether the policy sees metrics; an Event when they go and when they come back."""
     current = signals.current_replicas
@@ -237,7 +196,7 @@ def _scaling_active(
     return []
 
 
-def _scaling_limited(conditions: _Conditions, decision: Decision) -> None:
+def _scaling_limited(conditions: ConditionSet, decision: Decision) -> None:
     """ScalingLimited: whether the need exceeds maxReplicas."""
     if decision.scaling_limited:
         conditions.set(
@@ -256,7 +215,7 @@ def _scaling_limited(conditions: _Conditions, decision: Decision) -> None:
 
 
 def _scaled_to_zero(
-    conditions: _Conditions, decision: Decision, signals: Signals, *, scale_to_zero: bool
+    conditions: ConditionSet, decision: Decision, signals: Signals, *, scale_to_zero: bool
 ) -> None:
     """ScaledToZero, for a service that may scale to zero (and once more when it no longer may)."""
     if not scale_to_zero:
@@ -293,13 +252,7 @@ def _scaled_to_zero(
 
 
 def _slo_met_condition(
-    conditions: _Conditions,
-    decision: Decision,
-    *,
-    ttft: float | None,
-    slo_ttft_seconds: float,
-    tpot: float | None,
-    slo_tpot_seconds: float | None,
+    conditions: ConditionSet, decision: Decision, slo: SLOSpec, *, ttft: float | None, tpot: float | None
 ) -> None:
     """SLOMet: the observed percentiles against the objectives, naming the one missed."""
     if decision.slo_met is None:
@@ -310,14 +263,14 @@ def _slo_met_condition(
             "no requests observed in the window",
         )
         return
-    observed = _slo_message(ttft, slo_ttft_seconds, tpot, slo_tpot_seconds)
+    observed = _slo_message(ttft, slo.ttft_seconds, tpot, slo.tpot_seconds)
     if decision.slo_met:
         conditions.set(ConditionType.SLO_MET, ConditionStatus.TRUE, "WithinSLO", observed)
         return
     missed = []
-    if objective_met(ttft, slo_ttft_seconds) is False:
+    if objective_met(ttft, slo.ttft_seconds) is False:
         missed.append("TTFT")
-    if tpot_objective_met(tpot, slo_tpot_seconds) is False:
+    if tpot_objective_met(tpot, slo.tpot_seconds) is False:
         missed.append("TPOT")
     conditions.set(
         ConditionType.SLO_MET,
@@ -395,104 +348,15 @@ def _slo_message(ttft: float | None, ttft_slo: float, tpot: float | None, tpot_s
     return ", ".join(parts)
 
 
-# What in the autoscaler's status is a decision or a transition (written as soon as it changes), as
-# against observations and the stabilization history, which change every cycle under load and are
-# refreshed at a bounded rate (and kept in memory between refreshes).
-_OBSERVATIONS = frozenset(
-    {
-        "observedTtftSeconds",
-        "observedTpotSeconds",
-        "ttft",
-        "tpot",
-        "observedQueueDepth",
-        "observedQueuePerReplica",
-        "observedRequestRate",
-        "lastReason",
-        "lastEvaluationTime",
-    }
-)
-
-
-def _decisions(status: Mapping[str, Any] | None) -> Any:
-    status = status or {}
-    autoscaling = dict(status.get("autoscaling") or {})
-    state = {k: v for k, v in (autoscaling.get("state") or {}).items() if v is not None}  # null: unset
-    state.pop("recommendations", None)
-    core = {k: v for k, v in autoscaling.items() if k not in _OBSERVATIONS and k != "state"}
-    conditions = sorted(
-        (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
-        for c in status.get("conditions") or []
-    )
-    return core, state, conditions
-
-
-def _observations(status: Mapping[str, Any] | None) -> Any:
-    # The reason's and the conditions' wording and the clock ("idle for 35s") are not news: they
-    # ride along with a write that something else causes, so 1,000 idle services write nothing at all.
-    autoscaling = (status or {}).get("autoscaling") or {}
-    observed = {k: autoscaling.get(k) for k in _OBSERVATIONS if k not in {"lastEvaluationTime", "lastReason"}}
-    return observed, (autoscaling.get("state") or {}).get("recommendations")
-
-
-class StatusWrite(Enum):
-    """Why the autoscaler's status patch is worth writing."""
-
-    NEWS = "news"  # a decision, the policy's state or a condition moved: written at once
-    REFRESH = "refresh"  # only observations, older than the refresh period: written within a fleet budget
-
-
-def status_write(
-    current: Mapping[str, Any] | None, patch: Mapping[str, Any], *, now: datetime, refresh_seconds: float
-) -> StatusWrite | None:
-    """Write the autoscaler's status patch? NEWS when a decision, the policy's state or a condition's
-    status or reason changes; REFRESH when only observations changed and the written ones are at least
-    `refresh_seconds` old; None when nothing changed (1,000 idle services cost no writes)."""
-    merged = {**(current or {}), **patch}
-    if _decisions(merged) != _decisions(current):
-        return StatusWrite.NEWS
-    if _observations(merged) == _observations(current):
-        return None
-    written = last_evaluation_time(current)
-    if written is None or (now - written).total_seconds() >= refresh_seconds:
-        return StatusWrite.REFRESH
-    return None
-
-
-def last_evaluation_time(status: Mapping[str, Any] | None) -> datetime | None:
-    """When the observations in status were written (None: never, or unreadable)."""
-    last = ((status or {}).get("autoscaling") or {}).get("lastEvaluationTime")
-    if not last:
-        return None
-    try:
-        return datetime.fromisoformat(str(last).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def refresh_budget(*, refreshes_per_second: float, cycle_seconds: float) -> int:
-    """Observation refreshes one autoscaler cycle may write, for the whole fleet: 1,000 services served
-    at a 60 s refresh would otherwise write 17 statuses a second, every one inside the cycle that also
-    carries the scaling decisions. At least one, so every service is refreshed eventually."""
-    return max(1, math.floor(refreshes_per_second * cycle_seconds))
-
-
-def pick_refreshes(due: Sequence[tuple[datetime | None, K]], budget: int) -> list[K]:
-    """The `budget` refreshes whose written observations are oldest (never written first): a backlog
-    is served round-robin, each service's turn coming back once the older ones are written."""
-    oldest_first = sorted(due, key=lambda item: (item[0] is not None, item[0] or _EPOCH))
-    return [key for _, key in oldest_first[: max(0, budget)]]
-
-
 def condition_transitions(current: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> list[str]:
     """'SLOMet False -> True (WithinSLO): TTFT 0.41s <= 0.5s' for each condition whose status moves."""
-    before = {c.get("type"): c for c in (current or {}).get("conditions") or []}
+    before = {c.type: c for c in conditions_of(current)}
     out = []
-    for cond in patch.get("conditions") or []:
-        old = before.get(cond.get("type"))
-        old_status = old.get("status") if old else None
-        if old_status != cond.get("status"):
+    for cond in conditions_of(patch):
+        old = before.get(cond.type)
+        old_status = old.status if old else None
+        if old_status != cond.status:
             out.append(
-                f"{cond.get('type')} {old_status or 'unset'} -> {cond.get('status')} "
-                f"({cond.get('reason')}): {cond.get('message')}"
+                f"{cond.type} {old_status or 'unset'} -> {cond.status} ({cond.reason}): {cond.message}"
             )
     return out

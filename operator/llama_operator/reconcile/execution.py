@@ -16,6 +16,8 @@ from llama_operator.api.conditions import (
     ConditionStatus,
     ConditionType,
     ConditionUpdate,
+    conditions_of,
+    conditions_wire,
     find_condition,
     set_conditions,
 )
@@ -88,11 +90,6 @@ def rejection_message(rejections: list[Rejection]) -> str:
     return "; ".join(f"the API server refused {r.ref} ({r.status}): {r.message}" for r in rejections)
 
 
-def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
-    raw = (status or {}).get("conditions") or []
-    return [Condition.model_validate(c) for c in raw]
-
-
 def _problem_message(conflicts: list[ObjectRef], rejections: list[Rejection]) -> str:
     parts = []
     if conflicts:
@@ -135,10 +132,8 @@ def report_execution(
         updates.append((ConditionType.DEGRADED, ConditionStatus.TRUE, reason, message))
     if not updates:
         return patch
-    base = [Condition.model_validate(c) for c in patch.get("conditions") or []] or _conditions(
-        previous_status
-    )
-    patch["conditions"] = [c.to_wire() for c in set_conditions(base, updates, now=now, generation=generation)]
+    base = conditions_of(patch) or conditions_of(previous_status)
+    patch["conditions"] = conditions_wire(set_conditions(base, updates, now=now, generation=generation))
     if degraded:
         patch["phase"] = Phase.DEGRADED.value
     return patch
@@ -152,12 +147,10 @@ def _newly(
 ) -> Condition | None:
     """The patch's `condition` where it has `status` anew or for another reason than before: a problem that
     persists across reconciles and retries is reported once, not at every attempt."""
-    after = find_condition(
-        [Condition.model_validate(c) for c in status_patch.get("conditions") or []], condition
-    )
+    after = find_condition(conditions_of(status_patch), condition)
     if after is None or after.status != status:
         return None
-    before = find_condition(_conditions(previous_status), condition)
+    before = find_condition(conditions_of(previous_status), condition)
     if (
         before is not None
         and before.status == status

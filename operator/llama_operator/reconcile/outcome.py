@@ -13,10 +13,18 @@ from llama_operator.api.conditions import (
     ConditionStatus,
     ConditionType,
     ConditionUpdate,
+    conditions_of,
+    conditions_wire,
     set_conditions,
 )
 from llama_operator.api.plan import MeasuredSteps, Plan
-from llama_operator.api.resource import InvalidSpecError, LlamaService, parse_metadata, parse_spec
+from llama_operator.api.resource import (
+    InvalidSpecError,
+    LlamaService,
+    parse_metadata,
+    service_spec,
+    stored_status,
+)
 from llama_operator.api.settings import Settings
 from llama_operator.api.status import Phase
 from llama_operator.catalog.accelerators import catalog_from_settings
@@ -66,15 +74,6 @@ def planning_config(settings: Settings) -> PlanningConfig:
     return PlanningConfig(**kwargs)
 
 
-def _conditions(status: Mapping[str, Any] | None) -> list[Condition]:
-    raw = (status or {}).get("conditions") or []
-    return [Condition.model_validate(c) for c in raw]
-
-
-def _wire(conditions: list[Condition]) -> list[dict[str, Any]]:
-    return [c.to_wire() for c in conditions]
-
-
 def plan_llamaservice(
     body: Mapping[str, Any], settings: Settings, inventory: Inventory | None, now: float | None = None
 ) -> tuple[LlamaService, Plan]:
@@ -82,10 +81,10 @@ def plan_llamaservice(
     planned with the factors measured on the service's replicas where status says so (reconcile/engine.py);
     `now` (unix seconds) lets a new measurement change it, None keeps what status holds."""
     meta = body.get("metadata") or {}
-    spec = parse_spec(body.get("spec") or {})
+    spec = service_spec(body)
     svc = LlamaService(metadata=parse_metadata(meta), spec=spec)
     config = planning_config(settings)
-    status = body.get("status")
+    status = stored_status(body)
 
     def plan_with(measured: MeasuredSteps | None) -> Plan:
         return plan_service(
@@ -110,7 +109,7 @@ def reconcile(
     a scaled-to-zero LlamaService's traffic goes while none of its `ready_replicas` serves."""
     meta = body.get("metadata") or {}
     generation = meta.get("generation")
-    conditions = _conditions(body.get("status"))
+    conditions = conditions_of(stored_status(body))
     try:
         svc, plan = plan_llamaservice(body, settings, inventory, now.timestamp())
     except (InvalidSpecError, PlanningError) as err:
@@ -134,7 +133,7 @@ def reconcile(
         failed = {
             "phase": Phase.FAILED.value,
             "observedGeneration": generation,
-            "conditions": _wire(conditions),
+            "conditions": conditions_wire(conditions),
         }
         return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
 
@@ -162,7 +161,7 @@ def reconcile(
     conditions = set_conditions(conditions, updates, now=now, generation=generation)
     status: dict[str, Any] = {
         "observedGeneration": generation,
-        "conditions": _wire(conditions),
+        "conditions": conditions_wire(conditions),
         "selector": selector_string(svc.metadata.name),
         **service_urls(svc, settings, activator),
         "accelerator": plan.display_name,

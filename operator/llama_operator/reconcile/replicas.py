@@ -8,10 +8,46 @@ spec.replicas) on an autoscaled LlamaService, which is never silent."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from llama_operator.api.spec import LlamaServiceSpec
+from llama_operator.api.status import read_status
 from llama_operator.reconcile.execution import Event
+
+
+@dataclass(frozen=True)
+class WorkloadReplicas:
+    """The replica counts of the workload that runs the replicas (the Deployment, or the LeaderWorkerSet of
+    a multi-node LlamaService), read in one place: spec.replicas with the API server's default (1), the
+    status counts as 0 until the controller reports them."""
+
+    desired: int
+    ready: int = 0
+    updated: int = 0
+    generation: int | None = None
+    observed_generation: int | None = None
+
+    @classmethod
+    def of(cls, workload: Mapping[str, Any]) -> WorkloadReplicas:
+        spec, status = workload.get("spec") or {}, workload.get("status") or {}
+        replicas = spec.get("replicas")
+        return cls(
+            desired=1 if replicas is None else int(replicas),
+            ready=int(status.get("readyReplicas") or 0),
+            updated=int(status.get("updatedReplicas") or 0),
+            generation=(workload.get("metadata") or {}).get("generation"),
+            observed_generation=status.get("observedGeneration"),
+        )
+
+    @property
+    def rolled_out(self) -> bool:
+        """The controller has acted on the latest spec and every replica is updated and ready."""
+        return (
+            self.observed_generation == self.generation
+            and self.updated >= self.desired
+            and self.ready >= self.desired
+        )
 
 
 def replicas_out_of_bounds(spec: LlamaServiceSpec, deployment: Mapping[str, Any] | None) -> bool:
@@ -19,7 +55,7 @@ def replicas_out_of_bounds(spec: LlamaServiceSpec, deployment: Mapping[str, Any]
     autoscaling = spec.active_autoscaling
     if deployment is None or autoscaling is None:
         return False
-    return not autoscaling.within_bounds(int((deployment.get("spec") or {}).get("replicas") or 0))
+    return not autoscaling.within_bounds(WorkloadReplicas.of(deployment).desired)
 
 
 def ignored_replicas_event(spec: LlamaServiceSpec, status: Mapping[str, Any] | None) -> Event | None:
@@ -27,7 +63,7 @@ def ignored_replicas_event(spec: LlamaServiceSpec, status: Mapping[str, Any] | N
     autoscaling = spec.active_autoscaling
     if autoscaling is None:
         return None
-    seen = (status or {}).get("specReplicas")
+    seen = read_status(status).spec_replicas
     if seen is None or seen == spec.replicas:
         return None
     return Event(

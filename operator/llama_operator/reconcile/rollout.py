@@ -8,14 +8,16 @@ from datetime import datetime
 from typing import Any
 
 from llama_operator.api.conditions import (
-    Condition,
     ConditionStatus,
     ConditionType,
     ConditionUpdate,
+    conditions_of,
+    conditions_wire,
     find_condition,
     set_conditions,
 )
 from llama_operator.api.status import Phase
+from llama_operator.reconcile.replicas import WorkloadReplicas
 
 
 def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
@@ -41,7 +43,7 @@ def rollout_status(
 ) -> dict[str, Any]:
     """The status fields that follow the Deployment (a merge patch for the LlamaService's status).
     `zero_message`: what zero replicas mean for this LlamaService, if it scales to zero."""
-    conditions = [Condition.model_validate(c) for c in (status or {}).get("conditions") or []]
+    conditions = conditions_of(status)
     degraded = find_condition(conditions, ConditionType.DEGRADED)
     if degraded is not None and degraded.status == ConditionStatus.TRUE:
         return {}  # the spec is bad; reconcile owns the status until it is fixed
@@ -55,15 +57,11 @@ def rollout_status(
             )
         ]
         conditions = set_conditions(conditions, missing, now=now, generation=generation)
-        return {"phase": Phase.PENDING.value, "conditions": [c.to_wire() for c in conditions]}
+        return {"phase": Phase.PENDING.value, "conditions": conditions_wire(conditions)}
 
-    dep_status = deployment.get("status") or {}
-    desired = int((deployment.get("spec") or {}).get("replicas", 1))
-    ready = int(dep_status.get("readyReplicas") or 0)
-    updated = int(dep_status.get("updatedReplicas") or 0)
-    dep_generation = (deployment.get("metadata") or {}).get("generation")
-    observed = dep_status.get("observedGeneration")
-    rolled_out = observed == dep_generation and updated >= desired and ready >= desired
+    replicas = WorkloadReplicas.of(deployment)
+    desired, ready, updated = replicas.desired, replicas.ready, replicas.updated
+    rolled_out = replicas.rolled_out
 
     pending = unschedulable_message(pods)
     phase, updates = _rollout_conditions(
@@ -76,7 +74,7 @@ def rollout_status(
         "replicas": desired,
         "readyReplicas": ready,
         "updatedReplicas": updated,
-        "conditions": [c.to_wire() for c in conditions],
+        "conditions": conditions_wire(conditions),
     }
 
 
