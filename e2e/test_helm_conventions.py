@@ -340,18 +340,28 @@ def test_two_aliased_copies_have_objects_of_their_own(helm: Path, tmp_path: Path
         {"name": "llama-operator", "version": "0.1.0", "alias": alias} for alias in ("llm-a", "llm-b")
     ]
     # One copy installs the cluster's one CRD; both watch their own namespaces.
+    # Every optional object on, in both copies: the cluster-scoped ones (policy, roles) too.
+    optional = {
+        "activator": {"enabled": True, "networkPolicy": {"enabled": True}},
+        "admissionPolicy": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "replicaCount": 2,
+    }
     values = {
-        "llm-a": {"watchNamespaces": ["team-a"]},
-        "llm-b": {"watchNamespaces": ["team-b"], "crds": {"install": False}},
+        "llm-a": {**optional, "watchNamespaces": ["team-a"]},
+        "llm-b": {**optional, "watchNamespaces": ["team-b"], "crds": {"install": False}},
     }
     docs = render_parent(helm, parent_chart(tmp_path, dependencies, values))
     keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
     deployments = [d for d in find(docs, "Deployment") if "activator" not in d["metadata"]["name"]]
     assert sorted(d["metadata"]["name"] for d in deployments) == ["platform-llm-a", "platform-llm-b"]
-    # Each copy's Service selects its own pods only.
-    selectors = {tuple(sorted(d["spec"]["selector"]["matchLabels"].items())) for d in deployments}
-    assert len(selectors) == 2
+    # Each copy's Deployments (operator and router) select their own pods only.
+    selectors = {
+        tuple(sorted(d["spec"]["selector"]["matchLabels"].items())) for d in find(docs, "Deployment")
+    }
+    assert len(selectors) == len(find(docs, "Deployment")) == 4
 
 
 def test_global_image_registry_and_pull_secrets(helm: Path) -> None:
