@@ -146,10 +146,15 @@ def test_status_writes_only_on_change_and_observations_at_a_bounded_rate() -> No
     state["autoscaling"]["state"]["noDataSince"] = 5.0
     assert status_write(current, state, now=base, refresh_seconds=60) is StatusWrite.NEWS  # policy's memory
     assert status_write(None, same, now=base, refresh_seconds=60) is StatusWrite.NEWS  # first evaluation
-    # Idle with no metrics: only the reason's clock moves ("no metrics for 35s"): never a write.
+    # The error budget's counts move with every request: an observation, refreshed at the bounded rate.
+    counted = _status(ttft=0.4, when="2026-12-02T12:00:10Z")
+    counted["autoscaling"]["state"]["errorBudget"] = {"requestsLong": 12.0, "sloShare": 0.5, "updated": 9.0}
+    assert status_write(current, counted, now=base, refresh_seconds=60) is None
+    assert status_write(current, counted, now=later, refresh_seconds=60) is StatusWrite.REFRESH
+    # Idle: only the reason's clock moves ("idle for 35s"): never a write.
     idle = _status(ttft=None)
     idle_later = _status(ttft=None, when="2026-12-02T12:05:00Z")
-    idle_later["autoscaling"]["lastReason"] = "no metrics for 300s: holding 1 replicas"
+    idle_later["autoscaling"]["lastReason"] = "steady at 1: idle for 300s"
     assert status_write(idle, idle_later, now=base.replace(minute=5), refresh_seconds=60) is None
 
 

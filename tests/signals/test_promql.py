@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -90,6 +91,31 @@ def test_no_data_keeps_the_configured_signal_window() -> None:
     20 s configured, so a failed wake went back to zero 90 s after it rather than about 30 s."""
     no_data = assemble_signals({}, {A: view()}, L, window_seconds=20)[A]
     assert no_data.status is SignalStatus.NO_DATA and no_data.window_seconds == 20
+
+
+def test_the_share_within_the_objective_is_one_query_for_every_bound_in_use() -> None:
+    """Each service's rate of requests within its objective's TTFT bucket (the error-budget controller's
+    input): one query at the bounds in use, each service reading its own."""
+    queries = signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=20, ttft_bounds={1.0, 0.5})
+    assert queries["ttft_within"] == (
+        "sum by (namespace, llamaservice, le) "
+        '(rate(vllm:time_to_first_token_seconds_bucket{le=~"0\\.5|1\\.0"}[20s]))'
+    )
+    assert "ttft_within" not in signal_queries(L, kv_metric=KV_CACHE_METRICS[0], window_seconds=20)
+    results = {
+        "targets_up": [(lab(A), 1.0), (lab(B), 1.0)],
+        "waiting": [(lab(A), 0.0), (lab(B), 0.0)],
+        "request_rate": [(lab(A), 3.0), (lab(B), 2.0)],
+        "ttft_within": [
+            (lab(A, le="0.5"), 2.0), (lab(A, le="1.0"), 2.9), (lab(B, le="0.5"), 1.5), (lab(B, le="1.0"), 2.0),
+        ],
+    }  # fmt: skip
+    one_second = replace(view(), ttft_bound=1.0)
+    half = replace(view(), ttft_bound=0.5)
+    signals = assemble_signals(results, {A: one_second, B: half}, L, window_seconds=20)
+    assert signals[A].within_slo_request_rate == 2.9 and signals[B].within_slo_request_rate == 1.5
+    unasked = assemble_signals(results, {A: view()}, L, window_seconds=20)
+    assert unasked[A].within_slo_request_rate is None
 
 
 def test_percentile_per_service_from_one_bucket_query() -> None:

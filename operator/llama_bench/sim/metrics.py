@@ -19,6 +19,7 @@ from llama_operator.autoscale.signals import (
     SignalStatus,
     cumulative_buckets,
     histogram_quantile,
+    slo_bucket,
 )
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 
@@ -116,11 +117,20 @@ class MetricsView:
         return self._scrape_at(now)
 
     def signals(
-        self, now: float, window: float, percentile: float, burst_window: float | None = None
+        self,
+        now: float,
+        window: float,
+        percentile: float,
+        burst_window: float | None = None,
+        *,
+        slo_ttft_seconds: float | None = None,
     ) -> Signals:
         """The `Signals` the operator's PromQL would return at `now` over `window`, with the rates over
-        `burst_window` when given (and what the activator reported, when there is one)."""
+        `burst_window` when given, the rate of requests within `slo_ttft_seconds`' bucket when given (and
+        what the activator reported, when there is one)."""
         signals = self._prometheus_signals(now, window, percentile)
+        if slo_ttft_seconds is not None and signals.status is SignalStatus.OK:
+            signals = self._with_requests_within(signals, now, slo_ttft_seconds)
         if burst_window is not None and signals.status is not SignalStatus.NO_DATA:
             signals = self._with_burst_rates(signals, now, burst_window)
         if not self.activator_available and self.demand_time is None:
@@ -140,6 +150,16 @@ class MetricsView:
             burst_prompt_token_rate=(latest.prompt_tokens_total - earlier.prompt_tokens_total) / span,
             burst_window_seconds=span,
         )
+
+    def _with_requests_within(self, signals: Signals, now: float, slo_ttft_seconds: float) -> Signals:
+        """The rate of requests whose TTFT fell within the objective's bucket, over the signal's window."""
+        latest = self._scrape_at(now)
+        earlier = self._scrape_at(now - signals.window_seconds)
+        if latest is None or earlier is None or earlier.time >= latest.time:
+            return signals
+        within = bisect_left(VLLM_TTFT_BUCKETS, slo_bucket(slo_ttft_seconds)) + 1  # buckets at or below it
+        count = sum(latest.ttft_bucket_counts[:within]) - sum(earlier.ttft_bucket_counts[:within])
+        return replace(signals, within_slo_request_rate=count / (latest.time - earlier.time))
 
     def _no_data(self, window: float) -> Signals:
         return Signals.no_data(

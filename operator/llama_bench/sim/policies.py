@@ -57,7 +57,13 @@ class SloPolicy:
         return self.spec.min_replicas
 
     def evaluate(self, view: MetricsView, now: float) -> int:
-        signals = view.signals(now, self.signal_window, self.spec.slo.percentile, self.burst_window)
+        signals = view.signals(
+            now,
+            self.signal_window,
+            self.spec.slo.percentile,
+            self.burst_window,
+            slo_ttft_seconds=self.spec.slo.ttft_seconds,
+        )
         decision = decide(self.spec, signals, self.state, now, self.tuning)
         # Round-trip through the status JSON, as the operator persists it between evaluations.
         self.state = AutoscalerState.model_validate(decision.state.to_wire())

@@ -13,7 +13,7 @@ from llama_bench.sim.policies import HpaPolicy, KedaPolicy, KpaPolicy, SloPolicy
 from llama_bench.sim.report import RunSummary, summarize
 from llama_bench.sim.trace import Trace
 from llama_operator.api.plan import MeasuredSteps, Plan
-from llama_operator.api.spec import AutoscalingSpec, SLOSpec
+from llama_operator.api.spec import MAX_OBJECTIVE, MIN_OBJECTIVE, AutoscalingSpec, SLOSpec
 
 BASE_POLICIES = ("slo", "hpa", "keda", "kpa", "static", "oracle", "oracle-target", "oracle-reactive")
 TUNED_POLICIES = ("hpa-tuned", "keda-tuned", "kpa-tuned")
@@ -46,7 +46,8 @@ class Scenario:
     # `accelerator`: its step times, limits and price, and its prefill throughput as the policy's prior.
     measured: ReplicaProfile | None = None
     # The share of requests the benchmark asks to be within the objective (the "99 %"); it
-    # prices that target with perfect foresight (policy `oracle-target`). Policies do not see it.
+    # prices that target with perfect foresight (policy `oracle-target`), and the SLO policy keeps it as
+    # its objective (spec.autoscaling.slo.objective). The baselines do not see it.
     target_attainment: float = 0.99
     # Scale to zero, an option of policy slo: minReplicas 0 with this scaleToZeroAfterSeconds, and an
     # activator that holds requests while no replica is ready, answering 503 after
@@ -87,6 +88,7 @@ class Scenario:
             tpot_seconds=self.slo_tpot_seconds,
             percentile=self.percentile,
             queue_depth_per_replica=self.queue_depth_per_replica,
+            objective=min(max(self.target_attainment, MIN_OBJECTIVE), MAX_OBJECTIVE),
         )
         if self.scale_to_zero_after_seconds is not None:
             return AutoscalingSpec(

@@ -97,6 +97,38 @@ class StepCalibration(WireModel):
     ] = Field(default_factory=list)
 
 
+class ErrorBudget(WireModel):
+    """The error-budget controller's memory (autoscale/budget.py): how the service has kept its objective
+    lately, from its own TTFT histogram, and the sizing that follows from it."""
+
+    requests_long: Annotated[
+        float,
+        Field(description="Requests seen, decayed over about an hour (the page alert's long window).", ge=0),
+    ] = 0.0
+    missed_long: Annotated[
+        float,
+        Field(description="Of those, requests whose TTFT missed the objective's histogram bucket.", ge=0),
+    ] = 0.0
+    requests_short: Annotated[
+        float, Field(description="Requests seen, decayed over about five minutes (its short window).", ge=0)
+    ] = 0.0
+    missed_short: Annotated[
+        float, Field(description="Of those, requests that missed the objective.", ge=0)
+    ] = 0.0
+    slo_share: Annotated[
+        float,
+        Field(
+            description="Share of the TTFT objective the replicas are sized to keep a request's wait under "
+            "(1 - the headroom): lowered (more replicas) while the budget burns faster than the objective "
+            "allows over both windows, raised back toward the cheapest sizing while it burns at under half "
+            "that pace.",
+            gt=0,
+            le=1,
+        ),
+    ]
+    updated: Annotated[Time, Field(description="When requests were last counted.")]
+
+
 class AutoscalerState(WireModel):
     """The policy's memory between evaluations."""
 
@@ -248,6 +280,10 @@ class AutoscalerState(WireModel):
     step_calibration: Annotated[
         StepCalibration | None,
         Field(description="The plan's step model calibrated from the replicas' own vLLM series."),
+    ] = None
+    error_budget: Annotated[
+        ErrorBudget | None,
+        Field(description="The error-budget controller's memory: the objective kept lately, and the sizing."),
     ] = None
 
 

@@ -12,7 +12,9 @@ from llama_operator.api.spec import (
     ACCELERATOR_NAME_PATTERN,
     BUILTIN_TYPES,
     DEFAULT_SLO_OBJECTIVE,
+    MAX_OBJECTIVE,
     MIG_PROFILE_PATTERN,
+    MIN_OBJECTIVE,
 )
 
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "llama-operator.dev/")
@@ -406,8 +408,8 @@ class Settings(BaseModel):
             description="The platform's default SLO objective: the share of requests that must meet a "
             "LlamaService's TTFT (and TPOT) objective where its spec.autoscaling.slo.objective is unset. The "
             "burn-rate alerts, the dashboard and the autoscaler read the objective in force per service.",
-            ge=0.5,
-            le=0.9999,
+            ge=MIN_OBJECTIVE,
+            le=MAX_OBJECTIVE,
         ),
     ] = DEFAULT_SLO_OBJECTIVE
     burst_window_seconds: Annotated[

@@ -452,6 +452,7 @@ class EngineSpec(WireModel):
 OBJECTIVE_WINDOW_PATTERN = r"^([1-9][0-9]?|[12][0-9][0-9]|3[0-5][0-9]|36[0-6])d$"
 # The platform's objective where neither the LlamaService nor the operator's config states one.
 DEFAULT_SLO_OBJECTIVE = 0.99
+MIN_OBJECTIVE, MAX_OBJECTIVE = 0.5, 0.9999  # an objective's range (a budget of 1 request in 10,000 at most)
 # The most an objective may be: beyond them it is a value meant in milliseconds (ttftSeconds: 500), which would
 # plan and scale for a latency nobody waits for. The CRD's CEL rules and the validator say the same.
 MAX_TTFT_SECONDS = 60
@@ -515,8 +516,8 @@ class SLOSpec(WireModel):
             "shows it, and the autoscaler sizes replicas for it (a looser objective costs fewer GPU-hours). "
             "Unset: the platform's default (the operator's config.sloObjective, 0.99 unless the chart sets "
             "another).",
-            ge=0.5,
-            le=0.9999,
+            ge=MIN_OBJECTIVE,
+            le=MAX_OBJECTIVE,
         ),
     ] = None
     objective_window: Annotated[

@@ -70,6 +70,13 @@ class PolicyTuning:
     # (mixed: 4 -> 12 in eight scale-ups). None: off.
     climb_rises: int | None = 2
     climb_ahead: int = 1
+    # The error-budget controller (autoscale/budget.py): the share of the SLO the wait is sized under
+    # (slo_headroom above is where it starts) moves within this range: down by `budget_tighten_per_minute`
+    # per minute while the budget burns too fast over both windows, up by `budget_relax_per_minute` while it
+    # burns at under half the allowed pace. None: off, slo_headroom throughout.
+    budget_share_range: tuple[float, float] | None = (0.3, 0.7)
+    budget_tighten_per_minute: float = 0.05
+    budget_relax_per_minute: float = 0.005
 
 
 DEFAULT_TUNING = PolicyTuning()

@@ -55,6 +55,7 @@ from datetime import UTC, datetime
 from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.api.times import rfc3339
+from llama_operator.autoscale.budget import sizing_share, update_budget
 from llama_operator.autoscale.calibration import calibrate
 from llama_operator.autoscale.decision import DEFAULT_TUNING, Decision, PolicyTuning
 from llama_operator.autoscale.need import Burst, idle_need, load_need, observe_burst, update_capacity
@@ -167,6 +168,9 @@ def _serve(
     low, high = spec.replica_bounds
     slo_met = judge_slo(spec, signals)
     capacity, corrected_time = update_capacity(spec, signals, state, now, tuning)
+    budget = update_budget(spec, signals, state.error_budget, now, tuning)
+    # The error budget sets how much of the SLO the wait is sized under (the rest is headroom).
+    tuning = replace(tuning, slo_headroom=sizing_share(budget, tuning))
     breach_since = persistent_breach_since(slo_met, signals, state, now)
     burst = Burst(None, None)
     if signals.status is SignalStatus.IDLE:
@@ -237,6 +241,7 @@ def _serve(
         "capacity_tokens_per_second": capacity,
         "capacity_corrected_time": corrected_time,
         "idle_since": idle_since,
+        "error_budget": budget,
     }
     return Decision(
         desired_replicas=desired,

@@ -11,6 +11,7 @@ come back instead, and the percentiles are computed here, so the query count sta
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class ServiceView:
     ready_replicas: int
     starting_replicas: int
     current_replicas: int
+    # The TTFT histogram's bound that counts a request within the objective (signals.slo_bucket); None: the
+    # share of requests within it is not asked for (the error-budget controller then rests).
+    ttft_bound: float | None = None
 
 
 def probe_query() -> str:
@@ -82,11 +86,14 @@ def signal_queries(
     window_seconds: float,
     percentiles: Collection[float] = (),
     burst_window_seconds: float | None = None,
+    ttft_bounds: Collection[float] = (),
 ) -> dict[str, str]:
     """The cycle's queries, by name. `percentiles`: the SLO percentiles of the services (0..100); with
     none, or more than MAX_PERCENTILE_QUERIES distinct ones, the histograms' bucket rates are queried.
     `burst_window_seconds`: the scrape interval of vLLM's metrics; the burst window's rates are then
-    queried too, over the latest scrape interval (irate: the last two samples, within three intervals)."""
+    queried too, over the latest scrape interval (irate: the last two samples, within three intervals).
+    `ttft_bounds`: the TTFT histogram's bounds that count requests within the services' objectives; one
+    query gives each service's rate of such requests at every bound in use (a handful of series each)."""
     by = f"{labels.namespace}, {labels.service}"
     w = f"{max(1, round(window_seconds))}s"
     distinct = sorted({float(p) for p in percentiles})
@@ -105,9 +112,15 @@ def signal_queries(
             "burst_request_rate": f"sum by ({by}) (irate({VLLM_TTFT}_count[{b}]))",
             "burst_prompt_tokens": f"sum by ({by}) (irate({VLLM_PROMPT_TOKENS}[{b}]))",
         }
+    within: dict[str, str] = {}
+    if ttft_bounds:
+        # vLLM's exposition prints a bound as Python's repr of the float (1.0, 0.5, 2.5): matched exactly.
+        les = "|".join(re.escape(le_label(b)) for b in sorted(set(ttft_bounds)))
+        within = {"ttft_within": f'sum by ({by}, le) (rate({VLLM_TTFT}_bucket{{le=~"{les}"}}[{w}]))'}
     return {
         **histograms,
         **burst,
+        **within,
         "request_rate": f"sum by ({by}) (rate({VLLM_TTFT}_count[{w}]))",
         "waiting": f"sum by ({by}) ({VLLM_WAITING})",
         "running": f"sum by ({by}) ({VLLM_RUNNING})",
@@ -120,6 +133,11 @@ def signal_queries(
         # Scrape health of the service's targets: up is 1 per target scraped in the last interval.
         "targets_up": f'sum by ({by}) (up{{{labels.service}!=""}})',
     }
+
+
+def le_label(bound: float) -> str:
+    """A histogram bound as vLLM's exposition (prometheus_client) prints it in `le`: 1.0, 0.5, 2560.0."""
+    return repr(float(bound))
 
 
 def _by_service(samples: Sequence[Sample], labels: SignalLabels) -> dict[ServiceKey, float]:
@@ -155,8 +173,11 @@ def assemble_signals(
     """Signals per service from one cycle's query results. A query that failed is absent from `results`;
     so is the burst window's, unless `burst_window_seconds` asked for it (the burst response then rests)."""
     per = {
-        name: _by_service(results.get(name, ()), labels) for name in results if name not in _BUCKET_QUERIES
+        name: _by_service(results.get(name, ()), labels)
+        for name in results
+        if name not in _BUCKET_QUERIES and name != "ttft_within"
     }
+    within_by_bound = _buckets_by_service(results.get("ttft_within", ()), labels)
     buckets = {name: _buckets_by_service(results.get(f"{name}_buckets", ()), labels) for name in _HISTOGRAMS}
 
     def percentile_of(histogram: str, key: ServiceKey, percentile: float) -> float | None:
@@ -208,5 +229,13 @@ def assemble_signals(
             burst_prompt_token_rate=burst_prompt if burst else None,
             burst_window_seconds=burst_window_seconds if burst else None,
             mean_inter_token_seconds=per.get("mean_inter_token", {}).get(key),
+            within_slo_request_rate=_at_bound(within_by_bound.get(key), view.ttft_bound),
         )
     return out
+
+
+def _at_bound(rates: Sequence[tuple[float, float]] | None, bound: float | None) -> float | None:
+    """The service's rate at its own bound, of the `ttft_within` rates by bound (None: not there)."""
+    if rates is None or bound is None:
+        return None
+    return next((rate for le, rate in rates if le == bound), None)

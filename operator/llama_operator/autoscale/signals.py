@@ -98,6 +98,10 @@ class Signals:
     # The mean inter-token interval over the window (rate of vllm:inter_token_latency_seconds' sum over
     # its count): the mean engine step, which calibrates the step model (autoscale/calibration.py).
     mean_inter_token_seconds: float | None = None
+    # Requests per second whose TTFT fell within the objective's histogram bucket (`slo_bucket`) over the
+    # window: with request_rate, the share of requests that kept the objective (the error-budget
+    # controller's input, autoscale/budget.py). None: not measured.
+    within_slo_request_rate: float | None = None
 
     @classmethod
     def no_data(
@@ -119,6 +123,13 @@ class Signals:
             current_replicas=current_replicas,
             window_seconds=window_seconds,
         )
+
+
+def slo_bucket(slo_seconds: float, bounds: Sequence[float] = VLLM_TTFT_BUCKETS) -> float:
+    """The bound of vLLM's TTFT histogram that counts requests within the objective: the largest at or
+    below it (conservative: a 0.6 s objective is judged at 0.5 s), else the smallest bound there is."""
+    below = [b for b in bounds if b <= slo_seconds + 1e-12]
+    return max(below) if below else min(bounds)
 
 
 def histogram_quantile(quantile: float, buckets: Sequence[tuple[float, float]]) -> float | None:

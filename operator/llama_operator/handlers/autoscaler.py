@@ -21,7 +21,7 @@ from llama_operator.api.spec import DEFAULT_SLO_OBJECTIVE, AutoscalingSpec, Llam
 from llama_operator.autoscale.decision import Decision
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
-from llama_operator.autoscale.signals import Signals, SignalStatus
+from llama_operator.autoscale.signals import Signals, SignalStatus, slo_bucket
 from llama_operator.catalog.accelerators import accelerator
 from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
 from llama_operator.handlers.events import post_events
@@ -60,6 +60,7 @@ def service_view(autoscaling: AutoscalingSpec, deployment: dict[str, Any] | None
     current, ready = replicas.desired, replicas.ready
     return ServiceView(
         percentile=autoscaling.slo.percentile,
+        ttft_bound=slo_bucket(autoscaling.slo.ttft_seconds),
         ready_replicas=ready,
         starting_replicas=max(0, current - ready),
         current_replicas=current,

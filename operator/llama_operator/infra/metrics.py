@@ -32,7 +32,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS
+from llama_operator.autoscale.signals import VLLM_TTFT_BUCKETS, slo_bucket
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
 from llama_operator.observability import names as n
 
@@ -53,10 +53,7 @@ def exported_names(registry: CollectorRegistry) -> tuple[str, ...]:
 def slo_bucket_bound(slo_seconds: float, bounds: Iterable[float] = VLLM_TTFT_BUCKETS) -> str:
     """The `le` of vLLM's TTFT histogram that counts requests within the SLO: the largest bound at or
     below it (conservative: a 0.6 s SLO is judged at 0.5 s), as vLLM's exposition prints it."""
-    bounds = tuple(bounds)
-    below = [b for b in bounds if b <= slo_seconds + 1e-12]
-    bound = max(below) if below else min(bounds)
-    return str(floatToGoString(bound))  # type: ignore[no-untyped-call]
+    return str(floatToGoString(slo_bucket(slo_seconds, tuple(bounds))))  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True, slots=True)

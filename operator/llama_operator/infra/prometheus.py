@@ -263,6 +263,7 @@ class PrometheusSignals:
             window_seconds=window_seconds,
             percentiles=percentiles,
             burst_window_seconds=burst_window_seconds,
+            ttft_bounds={view.ttft_bound for view in services.values() if view.ttft_bound is not None},
         ).items():
             try:
                 results[name] = self.query(promql)

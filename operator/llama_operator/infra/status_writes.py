@@ -42,6 +42,9 @@ def _decisions(status: Mapping[str, Any] | None) -> Any:
     autoscaling = dict(status.get("autoscaling") or {})
     state = {k: v for k, v in (autoscaling.get("state") or {}).items() if v is not None}  # null: unset
     state.pop("recommendations", None)
+    # The error budget's counts move with every request: an observation, refreshed at the bounded rate (its
+    # sizing share moves slowly, and rides along).
+    state.pop("errorBudget", None)
     core = {k: v for k, v in autoscaling.items() if k not in _OBSERVATIONS and k != "state"}
     conditions = sorted((c.type, str(c.status), c.reason) for c in conditions_of(status))
     return core, state, conditions
@@ -52,7 +55,8 @@ def _observations(status: Mapping[str, Any] | None) -> Any:
     # ride along with a write that something else causes, so 1,000 idle services write nothing at all.
     autoscaling = (status or {}).get("autoscaling") or {}
     observed = {k: autoscaling.get(k) for k in _OBSERVATIONS if k not in {"lastEvaluationTime", "lastReason"}}
-    return observed, (autoscaling.get("state") or {}).get("recommendations")
+    state = autoscaling.get("state") or {}
+    return observed, state.get("recommendations"), state.get("errorBudget")
 
 
 class StatusWrite(Enum):
