@@ -57,6 +57,43 @@ class RunSummary:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectiveKept:
+    """A run against the objective it was asked to keep (the SLA's promise): the requests within the SLO
+    against it, the error budget left (1: untouched, 0: spent exactly, below 0: overspent), and its
+    GPU-hours against the clairvoyant oracle sized for that objective (oracle@objective)."""
+
+    objective: float
+    requests_within_slo: float
+    oracle_gpu_hours: float
+    gpu_hours: float
+
+    @property
+    def met(self) -> bool:
+        return self.requests_within_slo >= self.objective
+
+    @property
+    def budget_left(self) -> float:
+        return 1.0 - (1.0 - self.requests_within_slo) / max(1.0 - self.objective, 1e-9)
+
+    @property
+    def gpu_hours_vs_oracle(self) -> float:
+        return self.gpu_hours / self.oracle_gpu_hours if self.oracle_gpu_hours > 0 else math.inf
+
+    def to_json(self) -> dict[str, float | bool]:
+        return {
+            "objective": self.objective,
+            "objective_met": self.met,
+            "error_budget_left": self.budget_left,
+            "oracle_at_objective_gpu_hours": self.oracle_gpu_hours,
+            "gpu_hours_vs_oracle_at_objective": self.gpu_hours_vs_oracle,
+        }
+
+
+def objective_kept(run: RunSummary, objective: float, oracle: RunSummary) -> ObjectiveKept:
+    return ObjectiveKept(objective, run.requests_within_slo, oracle.gpu_hours, run.gpu_hours)
+
+
 def flap_count(times_and_directions: Sequence[tuple[float, int]]) -> int:
     """Scale-ups (+1) that a scale-down (-1) follows within FLAP_SECONDS."""
     flaps = 0

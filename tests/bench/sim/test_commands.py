@@ -71,6 +71,23 @@ def test_simulate_prints_a_report(trace_csv: Path, capsys: pytest.CaptureFixture
     assert "rate x2" in out
 
 
+def test_simulate_reports_the_objective_kept(trace_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Requests within the SLO against the objective (--target-attainment, the policy's objective), the
+    error budget left, and GPU-hours against oracle@objective."""
+    argv = ["simulate", "--trace", str(trace_csv), "--policy", "slo", "--target-attainment", "0.95"]
+    assert call([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["objective"] == 0.95
+    assert out["error_budget_left"] == pytest.approx(1 - (1 - out["requests_within_slo"]) / 0.05)
+    assert out["objective_met"] == (out["requests_within_slo"] >= 0.95)
+    assert out["gpu_hours_vs_oracle_at_objective"] == pytest.approx(
+        out["gpu_hours"] / out["oracle_at_objective_gpu_hours"]
+    )
+    assert call(argv) == 0
+    text = capsys.readouterr().out
+    assert "against the objective 95.00%" in text and "error budget left" in text and "x oracle@95%" in text
+
+
 def test_simulate_reports_a_bad_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert call(["simulate", "--trace", "/nope.csv", "--policy", "slo"]) == 2
     assert "error:" in capsys.readouterr().err
