@@ -8,11 +8,13 @@ import json
 
 import pytest
 
-from llama_operator.api.spec import Quantization
+from llama_operator.api.plan import Plan
+from llama_operator.api.spec import LlamaServiceSpec, Quantization
 from llama_operator.catalog.models import model_shape
 from llama_operator.planning import PlanningError
 from llama_operator.planning.extra_args import parse_extra_args
 from llama_operator.planning.sizing import CUDA_GRAPH_BYTES, kv_bytes_per_token, weight_bytes
+from llama_operator.planning.tuning import MIN_TPOT_CHUNK_TOKENS
 from tests.planning.builders import plan, spec
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -144,3 +146,23 @@ def test_an_unknown_draft_is_refused_rather_than_left_out_of_the_plan() -> None:
                 model=LLAMA_8B,
             )
         )
+
+
+def test_the_step_budget_covers_every_sequences_speculative_tokens() -> None:
+    # Issue 43: H100, 64 sequences, 8 speculative tokens: one decode step verifies 64 * (8 + 1) = 576 tokens;
+    # the budget was 240 (a 176-token chunk plus 64).
+    def planned(extra: list[str]) -> Plan:
+        body = {
+            "model": {"name": LLAMA_8B},
+            "accelerator": {"type": "h100-80gb"},
+            "engine": {"maxNumSeqs": 64, "extraArgs": extra},
+            "autoscaling": {"slo": {"ttftSeconds": 0.5, "tpotSeconds": 0.05}},
+        }
+        return plan(LlamaServiceSpec.model_validate(body))
+
+    drafted = planned(speculative({"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4}))
+    alone = planned([])
+    assert drafted.max_num_batched_tokens >= 64 * (8 + 1) + MIN_TPOT_CHUNK_TOKENS
+    assert drafted.max_num_batched_tokens - 576 == alone.max_num_batched_tokens - 64  # the same prompt chunk
+    note = next(n for n in drafted.notes if n.startswith("maxNumBatchedTokens"))
+    assert "plus 576 decode tokens (64 sequences x (1 + 8 speculative tokens))" in note

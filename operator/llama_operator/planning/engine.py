@@ -262,7 +262,10 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
         chunk = request.extra.max_num_batched_tokens
         notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
     elif request.slo is not None and candidate.accelerator.is_gpu:
-        chunk, why = chunk_budget(request.slo, steps, max_num_seqs, config, tuning)
+        per_decode = request.draft.tokens_per_decode if request.draft is not None else 1
+        chunk, why = chunk_budget(
+            request.slo, steps, max_num_seqs, config, tuning, tokens_per_decode=per_decode
+        )
         notes.append(f"maxNumBatchedTokens {chunk}: {why}")
     if request.slo is not None and candidate.accelerator.is_gpu:
         budget = chunk or DEFAULT_MAX_NUM_BATCHED_TOKENS

@@ -130,6 +130,14 @@ class Draft:
     method: str
     model: str | None
     shape: ModelShape | None  # None: nothing to plan (n-gram, suffix, or the target's own MTP layers)
+    # Tokens proposed per step: each running sequence's decode verifies 1 + this many tokens (vLLM refuses a
+    # config without it where the method has no default; 1 stands in for those).
+    num_speculative_tokens: int = 1
+
+    @property
+    def tokens_per_decode(self) -> int:
+        """Tokens one sequence's decode puts through a step: its own and the proposals it verifies."""
+        return 1 + self.num_speculative_tokens
 
 
 def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
@@ -142,8 +150,10 @@ def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
     model_name = str(model) if model is not None else None
     if method is None:  # vLLM's inference (SpeculativeConfig.__post_init__)
         method = "ngram" if model_name in ("ngram", "[ngram]") else "draft_model"
+    proposed = speculative.get("num_speculative_tokens")
+    tokens = proposed if isinstance(proposed, int) and proposed > 0 else 1
     if method in DRAFT_FREE_METHODS or model_name is None:
-        return Draft(method=str(method), model=None, shape=None)
+        return Draft(method=str(method), model=None, shape=None, num_speculative_tokens=tokens)
     try:
         shape = model_shape(model_name)
     except UnknownModelError:
@@ -153,7 +163,7 @@ def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
             "catalog model as the draft (e.g. meta-llama/Llama-3.2-1B-Instruct), or method ngram or suffix "
             "(no draft weights)"
         ) from None
-    return Draft(method=str(method), model=model_name, shape=shape)
+    return Draft(method=str(method), model=model_name, shape=shape, num_speculative_tokens=tokens)
 
 
 @dataclass(frozen=True)

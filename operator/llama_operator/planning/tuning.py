@@ -122,7 +122,13 @@ def histogram_reading(objective: float) -> str:
 
 
 def chunk_budget(
-    slo: SLOSpec, steps: StepModel, max_num_seqs: int, config: PlanningConfig, tpot: TpotTuning | None
+    slo: SLOSpec,
+    steps: StepModel,
+    max_num_seqs: int,
+    config: PlanningConfig,
+    tpot: TpotTuning | None,
+    *,
+    tokens_per_decode: int = 1,
 ) -> tuple[int, str]:
     """--max-num-batched-tokens for an autoscaled service, and why.
 
@@ -164,11 +170,18 @@ def chunk_budget(
             f"interval); beside a full batch, prompts above ~{longest} tokens take longer than the TTFT "
             f"objective {slo.ttft_seconds:g}s to prefill"
         )
-    # vLLM's step budget counts every running sequence's decode token too: the budget is the chunk plus a
-    # full batch, so a step at max-num-seqs still carries a whole chunk.
-    budget = chunk + max_num_seqs
+    # vLLM's step budget counts every running sequence's decode tokens too (with speculative decoding, each
+    # verifies its proposals beside its own token): the budget is the chunk plus a full batch's, so a step at
+    # max-num-seqs still carries a whole chunk.
+    decode_tokens = max_num_seqs * tokens_per_decode
+    budget = chunk + decode_tokens
+    per_sequence = (
+        ""
+        if tokens_per_decode == 1
+        else f" ({max_num_seqs} sequences x (1 + {tokens_per_decode - 1} speculative tokens))"
+    )
     return budget, (
-        f"a {chunk}-token prompt chunk plus {max_num_seqs} decode tokens: {why}; prefill "
+        f"a {chunk}-token prompt chunk plus {decode_tokens} decode tokens{per_sequence}: {why}; prefill "
         f"~{steps.prefill_tokens_per_second(chunk):.0f} tokens/s"
     )
 
