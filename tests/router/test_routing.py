@@ -169,11 +169,28 @@ def test_allowed_namespaces_annotation() -> None:
 
 
 def test_holding_stops_at_each_limit() -> None:
-    limits = Limits(max_held_requests=10, max_held_requests_per_service=3, max_held_bytes_per_service=1000)
-    assert admit_hold(limits, HoldCounts(9, 2, 0), 1000) is None
-    assert "router" in (admit_hold(limits, HoldCounts(10, 0, 0), 0) or "")
-    assert "per-service" in (admit_hold(limits, HoldCounts(5, 3, 0), 0) or "")
-    assert "bodies" in (admit_hold(limits, HoldCounts(5, 1, 900), 101) or "")
+    limits = Limits(
+        max_held_requests=10,
+        max_held_requests_per_service=3,
+        max_held_bytes_per_service=1000,
+        max_buffered_bytes=10_000,
+        namespace_share=0.5,
+    )
+
+    def why(
+        requests: int, of_ns: int, of_service: int, bytes_of_ns: int, bytes_of_service: int, size: int
+    ) -> str:
+        refusal = admit_hold(
+            limits, HoldCounts(requests, of_ns, of_service, bytes_of_ns, bytes_of_service), "a", size
+        )
+        return "" if refusal is None else f"{refusal.status} {refusal.limit} {refusal.message}"
+
+    assert why(9, 2, 2, 0, 0, 1000) == ""
+    assert why(10, 0, 0, 0, 0, 0).startswith("503 held") and "router" in why(10, 0, 0, 0, 0, 0)
+    assert why(5, 5, 0, 0, 0, 0).startswith("429 namespace_held ")
+    assert why(4, 3, 3, 0, 0, 0).startswith("503 held") and "per-service" in why(4, 3, 3, 0, 0, 0)
+    assert why(4, 2, 1, 4900, 0, 101).startswith("429 namespace_held_bytes")
+    assert why(4, 2, 1, 900, 900, 101).startswith("503 held") and "bodies" in why(4, 2, 1, 900, 900, 101)
 
 
 def test_the_platform_caps_the_hold_time() -> None:

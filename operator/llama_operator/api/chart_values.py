@@ -290,6 +290,22 @@ class RouterLimitValues(ValuesModel):
     body_timeout_seconds: Annotated[float, Field(description="A request body arrives within this.", gt=0)] = (
         30
     )
+    upstream_idle_seconds: Annotated[
+        float, Field(description="A vLLM pod that sends nothing for this long is given up (504).", gt=0)
+    ] = 300
+    max_streams: Annotated[int, Field(description="Requests forwarded at once, all namespaces.", ge=1)] = 2048
+    namespace_share: Annotated[
+        float,
+        Field(
+            description="The share of held requests, held bytes and streams one namespace may take (429 beyond).",
+            gt=0,
+            le=1,
+        ),
+    ] = 0.5
+    namespace_shares: Annotated[
+        dict[str, Annotated[float, Field(gt=0, le=1)]],
+        Field(description="A namespace's own share, instead of namespaceShare."),
+    ] = Field(default_factory=dict)
 
 
 class NetworkPolicyValues(ValuesModel):

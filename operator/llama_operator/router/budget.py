@@ -11,8 +11,11 @@ from collections import Counter as Tally
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TypeVar
 
-from llama_operator.router.routing import ServiceKey
+from llama_operator.router.routing import HoldCounts, ServiceKey
+
+K = TypeVar("K")
 
 
 @dataclass
@@ -22,9 +25,24 @@ class Budgets:
     buffered: int = 0  # bytes of request bodies in memory
     held_requests: Tally[ServiceKey] = field(default_factory=Tally)
     held_bytes: Tally[ServiceKey] = field(default_factory=Tally)
+    held_requests_of: Tally[str] = field(default_factory=Tally)  # by namespace (of the service)
+    held_bytes_of: Tally[str] = field(default_factory=Tally)
+    streams_of: Tally[str] = field(default_factory=Tally)  # requests forwarded and not finished
 
     def total_held(self) -> int:
         return sum(self.held_requests.values())
+
+    def total_streams(self) -> int:
+        return sum(self.streams_of.values())
+
+    def hold_counts(self, key: ServiceKey) -> HoldCounts:
+        return HoldCounts(
+            requests=self.total_held(),
+            requests_of_namespace=self.held_requests_of[key[0]],
+            requests_of_service=self.held_requests[key],
+            bytes_of_namespace=self.held_bytes_of[key[0]],
+            bytes_of_service=self.held_bytes[key],
+        )
 
     def in_use(self) -> list[str]:
         """What is counted now (empty when nothing is): with no request in progress, a leak."""
@@ -35,7 +53,16 @@ class Budgets:
             out.append(f"{self.total_held()} held requests")
         if any(self.held_bytes.values()):
             out.append(f"{sum(self.held_bytes.values())} held bytes")
+        if any(self.streams_of.values()):
+            out.append(f"{self.total_streams()} streams")
         return out
+
+
+def _take(tally: Tally[K], key: K, amount: int) -> None:
+    """Less `amount` under `key`; a key at zero leaves the tally (no empty namespace or service stays)."""
+    tally[key] -= amount
+    if tally[key] <= 0:
+        del tally[key]
 
 
 def _no_gauge(key: ServiceKey, change: int) -> None:
@@ -51,6 +78,7 @@ class Claim:
         self.on_hold = on_hold
         self.buffered = 0
         self.held: tuple[ServiceKey, int] | None = None  # (service, bytes) while the request is held
+        self.streaming: str | None = None  # the namespace whose stream it counts as, while forwarded
 
     def buffer(self, size: int) -> None:
         self.budgets.buffered += size
@@ -64,8 +92,11 @@ class Claim:
     def hold(self, key: ServiceKey, size: int) -> None:
         self.unhold()
         self.held = (key, size)
-        self.budgets.held_requests[key] += 1
-        self.budgets.held_bytes[key] += size
+        budgets = self.budgets
+        budgets.held_requests[key] += 1
+        budgets.held_bytes[key] += size
+        budgets.held_requests_of[key[0]] += 1
+        budgets.held_bytes_of[key[0]] += size
         self.on_hold(key, 1)
 
     def unhold(self) -> None:
@@ -73,14 +104,26 @@ class Claim:
             return
         key, size = self.held
         self.held = None
-        for tally, amount in ((self.budgets.held_requests, 1), (self.budgets.held_bytes, size)):
-            tally[key] -= amount
-            if tally[key] <= 0:
-                del tally[key]
+        budgets = self.budgets
+        _take(budgets.held_requests, key, 1)
+        _take(budgets.held_bytes, key, size)
+        _take(budgets.held_requests_of, key[0], 1)
+        _take(budgets.held_bytes_of, key[0], size)
         self.on_hold(key, -1)
+
+    def stream(self, namespace: str) -> None:
+        self.unstream()
+        self.streaming = namespace
+        self.budgets.streams_of[namespace] += 1
+
+    def unstream(self) -> None:
+        if self.streaming is not None:
+            _take(self.budgets.streams_of, self.streaming, 1)
+            self.streaming = None
 
     def release(self) -> None:
         self.unhold()
+        self.unstream()
         self.unbuffer(self.buffered)
 
     def __enter__(self) -> Claim:

@@ -19,6 +19,15 @@ def _split(items: list[str] | None) -> list[str]:
     return [part.strip() for item in items or [] for part in item.split(",") if part.strip()]
 
 
+def _shares(items: list[str] | None) -> list[tuple[str, float]]:
+    """NS=SHARE items (the chart's limits.namespaceShares)."""
+    out = []
+    for item in _split(items):
+        namespace, _, share = item.partition("=")
+        out.append((namespace.strip(), float(share)))
+    return out
+
+
 def cmd_router(args: argparse.Namespace) -> int:
     # The proxy pulls in the Kubernetes client (about 1 s to import): only `router` pays for it, not every command.
     from llama_operator.infra.kube import load_kube_config, own_namespace  # noqa: PLC0415
@@ -37,6 +46,9 @@ def cmd_router(args: argparse.Namespace) -> int:
         header_timeout_seconds=args.header_timeout,
         body_timeout_seconds=args.body_timeout,
         upstream_idle_seconds=args.upstream_idle_timeout,
+        max_streams=args.max_streams,
+        namespace_share=args.namespace_share,
+        namespace_shares=tuple(_shares(args.namespace_share_of)),
     )
     namespace = args.own_namespace or own_namespace(os.environ)[0]
     with contextlib.suppress(KeyboardInterrupt):
@@ -136,6 +148,21 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--body-timeout", type=float, default=defaults.body_timeout_seconds, help="seconds to receive a body"
+    )
+    p.add_argument(
+        "--max-streams", type=int, default=defaults.max_streams, help="requests forwarded at once, in total"
+    )
+    p.add_argument(
+        "--namespace-share",
+        type=float,
+        default=defaults.namespace_share,
+        help="the share of held requests, held bytes and streams one namespace may take (429 beyond)",
+    )
+    p.add_argument(
+        "--namespace-share-of",
+        action="append",
+        metavar="NS=SHARE",
+        help="a namespace's own share instead of --namespace-share (repeatable)",
     )
     p.add_argument(
         "--upstream-idle-timeout",

@@ -17,7 +17,6 @@ from llama_operator.router.cluster import ClusterView
 from llama_operator.router.intake import RejectedError, error
 from llama_operator.router.metrics import RouterMetrics
 from llama_operator.router.routing import (
-    HoldCounts,
     Limits,
     ServiceKey,
     admit_hold,
@@ -74,11 +73,14 @@ class Holding:
         )
         if self.draining_until is not None:
             raise draining_refusal()
-        budgets = claim.budgets
-        counts = HoldCounts(budgets.total_held(), budgets.held_requests[key], budgets.held_bytes[key])
-        refusal = admit_hold(self.limits, counts, size)
+        refusal = admit_hold(self.limits, claim.budgets.hold_counts(key), key[0], size)
         if refusal is not None:
-            raise RejectedError(503, "held", f"{refusal}; retry", retry_after=retry_after_seconds(timeout))
+            raise RejectedError(
+                refusal.status,
+                refusal.limit,
+                f"{refusal.message}; retry",
+                retry_after=retry_after_seconds(timeout),
+            )
         self.waking.setdefault(key, received)
         claim.hold(key, size)
         try:

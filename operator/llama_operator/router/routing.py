@@ -204,23 +204,73 @@ class Limits:
     # before the response started, the stream cut after. vLLM sends a response that is not streamed whole
     # at the end: this bounds a whole generation then.
     upstream_idle_seconds: float = 300.0
+    max_streams: int = 2048  # requests forwarded and not finished, all namespaces together
+    # Fair share: each namespace may take this share of the totals above (held requests, held bytes, out of
+    # max_buffered_bytes, and streams), or its own share when the platform set one.
+    namespace_share: float = 0.5
+    namespace_shares: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class HoldCounts:
     requests: int
+    requests_of_namespace: int
     requests_of_service: int
+    bytes_of_namespace: int
     bytes_of_service: int
 
 
-def admit_hold(limits: Limits, counts: HoldCounts, body_bytes: int) -> str | None:
-    """None when one more request may be held, else why not (the 503's message)."""
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request is not taken: 503 for the router's own limits (another replica may take it), 429 for a
+    namespace at its share (the tenant slows down; the others are served)."""
+
+    status: int
+    limit: str  # the metric's label
+    message: str
+
+
+def namespace_share(limits: Limits, namespace: str) -> float:
+    return dict(limits.namespace_shares).get(namespace, limits.namespace_share)
+
+
+def share_of(limits: Limits, namespace: str, total: int) -> int:
+    """A namespace's part of a total: its share, at least one."""
+    return max(1, int(namespace_share(limits, namespace) * total))
+
+
+def _namespace_full(namespace: str, what: str, share: int) -> str:
+    return f"namespace {namespace!r} has {what} its share of this router ({share})"
+
+
+def admit_hold(limits: Limits, counts: HoldCounts, namespace: str, body_bytes: int) -> Refusal | None:
+    """None when one more request of `namespace` may be held, else why not."""
     if counts.requests + 1 > limits.max_held_requests:
-        return f"this router holds {counts.requests} requests already (its limit)"
+        return Refusal(503, "held", f"this router holds {counts.requests} requests already (its limit)")
+    share = share_of(limits, namespace, limits.max_held_requests)
+    if counts.requests_of_namespace + 1 > share:
+        return Refusal(429, "namespace_held", _namespace_full(namespace, "held requests up to", share))
     if counts.requests_of_service + 1 > limits.max_held_requests_per_service:
-        return f"this service has {counts.requests_of_service} requests held already (the per-service limit)"
+        return Refusal(
+            503,
+            "held",
+            f"this service has {counts.requests_of_service} requests held already (the per-service limit)",
+        )
+    share = share_of(limits, namespace, limits.max_buffered_bytes)
+    if counts.bytes_of_namespace + body_bytes > share:
+        return Refusal(429, "namespace_held_bytes", _namespace_full(namespace, "held bytes up to", share))
     if counts.bytes_of_service + body_bytes > limits.max_held_bytes_per_service:
-        return "the held request bodies of this service reached the per-service limit"
+        return Refusal(503, "held", "the held request bodies of this service reached the per-service limit")
+    return None
+
+
+def admit_stream(limits: Limits, streams: int, streams_of_namespace: int, namespace: str) -> Refusal | None:
+    """None when one more request of `namespace` may be forwarded now, else why not."""
+    if streams + 1 > limits.max_streams:
+        return Refusal(503, "streams", f"this router forwards {streams} requests already (its limit)")
+    share = share_of(limits, namespace, limits.max_streams)
+    if streams_of_namespace + 1 > share:
+        return Refusal(429, "namespace_streams", _namespace_full(namespace, "streams up to", share))
     return None
 
 

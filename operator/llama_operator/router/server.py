@@ -33,6 +33,7 @@ from llama_operator.router.routing import (
     Caller,
     Limits,
     ServiceKey,
+    admit_stream,
     resolve,
     served_models,
 )
@@ -185,9 +186,22 @@ class Router:
                 if answer is not None:
                     return answer
                 req.held_since, req.received = held_at, None
-            response = await self.upstream.forward(req)
+            response = await self._stream(req, claim)
             if response is not None:
                 return response
+
+    async def _stream(self, req: Request, claim: Claim) -> web.StreamResponse | None:
+        """Forwarded within the router's streams and the namespace's share of them."""
+        namespace = req.key[0]
+        budgets = self.budgets
+        refusal = admit_stream(self.limits, budgets.total_streams(), budgets.streams_of[namespace], namespace)
+        if refusal is not None:
+            raise RejectedError(refusal.status, refusal.limit, f"{refusal.message}; retry", retry_after=1)
+        claim.stream(namespace)
+        try:
+            return await self.upstream.forward(req)
+        finally:
+            claim.unstream()
 
     def _count_model(self, key: ServiceKey, model: Any) -> str | None:
         """Count the request by the model it names (a label only for the service's own names: the label set
