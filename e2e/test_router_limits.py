@@ -59,6 +59,7 @@ def router(
             "--max-hold-seconds=6",
             "--header-timeout=2",
             "--body-timeout=2",
+            "--namespace-share=1",  # both services are one namespace's: the router's own totals are tested
         ],
     )
     proc.start()
