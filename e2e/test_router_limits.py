@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -106,6 +107,24 @@ def test_big_bodies_are_refused_and_memory_stays_flat(router: RouterProcess, lim
     grown = router.rss_mib() - rss_before
     print(f"\neight 63 MiB POSTs: RSS {rss_before:.0f} -> {router.rss_mib():.0f} MiB")
     assert grown < 40, f"RSS grew {grown:.0f} MiB"
+
+
+def test_bodies_nested_too_deep_leak_nothing(router: RouterProcess, limits_ns: str) -> None:
+    """Eight bodies of 8 MiB nested 4 Mi levels deep (they made json.loads raise after their bytes were
+    counted: 500, and the router's 64 MiB of buffered bytes lost for good): 400 naming the limit, and a
+    request after them is held, not refused for want of buffered bytes."""
+    half = 4 * MIB - 8
+    deep = b'{"a":' + b"[" * half + b"]" * half + b"}"
+    threads, outcomes = in_threads(8, lambda: post(router, limits_ns, "held", deep))
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [o.status if isinstance(o, Reply) else o for o in outcomes] == [400] * 8, outcomes
+    assert all(b"nests deeper than 64 levels" in o.body for o in outcomes if isinstance(o, Reply))
+    threads, after = in_threads(1, lambda: post(router, limits_ns, "held", b'{"model": "m"}'))
+    for thread in threads:
+        thread.join(timeout=30)
+    assert isinstance(after[0], Reply) and b"activationTimeoutSeconds" in after[0].body, after
+    assert urllib.request.urlopen(f"http://127.0.0.1:{router.admin_port}/readyz", timeout=5).status == 200
 
 
 def test_held_requests_and_bytes_are_capped_with_503_and_retry_after(

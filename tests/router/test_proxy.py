@@ -7,7 +7,9 @@ against the API server and vLLM). Clients connect from 127.0.0.1 (a pod of team-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from llama_operator.router.picker import pick, prefix_key, prompt_prefix
@@ -359,6 +362,27 @@ def test_sigterm_drain_finishes_streams_and_answers_held_requests_503() -> None:
         await router.close()
 
     run(scenario())
+
+
+def test_a_drain_that_cuts_a_stream_says_so_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        view = FakeView()
+        router = Router(view)  # type: ignore[arg-type]
+        await router.start()
+        port, admin = free_port(), free_port()
+        async with serving(upstream_app("vllm")) as upstream:
+            view.ready[KEY].append(upstream)
+            async with listening(router, "127.0.0.1", port, admin, drain_seconds=0.2):
+                slow = {"model": "chat-model", "delay": 0.4, "stream": True}
+                streaming = asyncio.create_task(post(f"127.0.0.1:{port}", body=slow))
+                await asyncio.sleep(0.3)
+            with contextlib.suppress(aiohttp.ClientError):
+                await streaming
+        await router.close()
+
+    caplog.set_level(logging.WARNING, logger="llama_operator")
+    run(scenario())
+    assert any("cutting the 1 requests still in progress" in r.getMessage() for r in caplog.records)
 
 
 def test_json_bodies_are_forwarded_byte_for_byte() -> None:

@@ -298,6 +298,12 @@ async def listening(
         if router.active:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(router.idle.wait(), drain_seconds + 1.0)
+        if router.active:  # their clients see a cut stream: said here, not left to be guessed
+            log.warning(
+                "router: drained for %.0fs; cutting the %d requests still in progress",
+                drain_seconds,
+                router.active,
+            )
         await proxy.cleanup()
         await admin.cleanup()
 
