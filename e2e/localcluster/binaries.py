@@ -53,6 +53,8 @@ class Binaries:
     prometheus: Path
     promtool: Path
     tools_dir: Path  # holds `kubectl` and `helm` under their plain names
+    # A real node provisioner for the node-provisioning e2e (started by that test, not by `up`).
+    karpenter_kwok: Path
 
     def as_dict(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.__dict__.items()}
@@ -509,6 +511,10 @@ def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:
         kube = ensure_kubernetes(cache)
     else:
         kube = {c: cache.binary(c, KUBERNETES_VERSION) for c in KUBE_COMMANDS}
+    if want("karpenter"):
+        karpenter_kwok = ensure_karpenter_kwok(cache)
+    else:
+        karpenter_kwok = cache.binary("karpenter-kwok", KARPENTER_VERSION)
     return Binaries(
         etcd=etcd,
         kube_apiserver=kube["kube-apiserver"],
@@ -520,4 +526,5 @@ def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:
         prometheus=prometheus,
         promtool=promtool,
         tools_dir=tools,
+        karpenter_kwok=karpenter_kwok,
     )

@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("test-tools", help="install the tools the tests use (actionlint, lua5.4, shellcheck)")
     b = sub.add_parser("binaries", help="only build/fetch the binaries (into the cache)")
     b.add_argument(
-        "--only", nargs="*", choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes"]
+        "--only",
+        nargs="*",
+        choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes", "karpenter"],
     )
     return p
 

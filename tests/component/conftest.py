@@ -54,6 +54,7 @@ def _binaries() -> Binaries | None:
         prometheus=unused,
         promtool=unused,
         tools_dir=unused,
+        karpenter_kwok=unused,
     )
 
 
