@@ -54,6 +54,23 @@ INVALID = [
         ["spec.autoscaling.slo.ttftSeconds", "is in seconds and at most 60", "0.5 for 500 ms"],
     ),
     (
+        "experts-without-experts-per-token",
+        {
+            "model": {
+                "name": "acme/moe",
+                "architecture": {
+                    "layers": 32,
+                    "kvHeads": 8,
+                    "headDim": 128,
+                    "parameters": 46_702_792_704,
+                    "maxContext": 32768,
+                    "experts": 8,
+                },
+            }
+        },
+        ["spec.model.architecture.experts", "set both or neither"],
+    ),
+    (
         "tpot-in-milliseconds",
         {"autoscaling": {"slo": {"tpotSeconds": 40}}},
         ["spec.autoscaling.slo.tpotSeconds", "is in seconds and at most 5", "0.05 for 50 ms"],

@@ -15,6 +15,9 @@ import yaml
 
 from llama_operator.api.secrets import CREDENTIAL_IN_ARGS_MESSAGE, SECRET_VALUE_PATTERN, URL_USERINFO_PATTERN
 from llama_operator.api.spec import (
+    ACTIVE_PARAMETERS_MESSAGE,
+    EXPERTS_MESSAGE,
+    EXPERTS_PER_TOKEN_MESSAGE,
     GROUP,
     KIND,
     MAX_NAME_LENGTH,
@@ -129,6 +132,26 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": f"!has(self.tpotSeconds) || self.tpotSeconds <= {MAX_TPOT_SECONDS}.0",
             "message": TPOT_UNIT_MESSAGE,
             "fieldPath": ".tpotSeconds",
+            "reason": "FieldValueInvalid",
+        },
+    ],
+    "spec.model.architecture": [
+        {
+            "rule": "has(self.experts) == has(self.expertsPerToken)",
+            "message": EXPERTS_MESSAGE,
+            "fieldPath": ".experts",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.experts) || !has(self.expertsPerToken) || self.expertsPerToken <= self.experts",
+            "message": EXPERTS_PER_TOKEN_MESSAGE,
+            "fieldPath": ".expertsPerToken",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.activeParameters) || self.activeParameters <= self.parameters",
+            "message": ACTIVE_PARAMETERS_MESSAGE,
+            "fieldPath": ".activeParameters",
             "reason": "FieldValueInvalid",
         },
     ],

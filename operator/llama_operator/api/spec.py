@@ -174,6 +174,34 @@ class ModelCache(WireModel):
         return v
 
 
+EXPERTS_MESSAGE = "architecture.experts and architecture.expertsPerToken describe a mixture of experts together: set both or neither"
+EXPERTS_PER_TOKEN_MESSAGE = "architecture.expertsPerToken must be at most architecture.experts"
+ACTIVE_PARAMETERS_MESSAGE = (
+    "architecture.activeParameters must be at most architecture.parameters (the total)"
+)
+
+
+class VisionEncoder(WireModel):
+    """A vision encoder's weights and what an image costs the language model."""
+
+    parameters: Annotated[
+        int,
+        Field(
+            description="The encoder's (and its projector's) parameters, part of architecture.parameters.",
+            ge=1_000_000,
+        ),
+    ]
+    image_tokens: Annotated[
+        int,
+        Field(
+            description="Tokens one image adds to a request at most (its tiles' patches after the projector): "
+            "they take context and KV cache like prompt tokens.",
+            ge=1,
+            le=1_000_000,
+        ),
+    ]
+
+
 class ModelArchitecture(WireModel):
     """What the planner needs to size a model it does not know (not in the built-in catalog)."""
 
@@ -186,6 +214,50 @@ class ModelArchitecture(WireModel):
     max_context: Annotated[
         int, Field(description="The model's maximum context length in tokens.", ge=128, le=10_000_000)
     ]
+    active_parameters: Annotated[
+        int | None,
+        Field(
+            description="Mixture of experts: the parameters one token runs through (shared layers and its "
+            "experts), e.g. 17B of Llama 4 Scout's 109B. They set the prompt's compute; every expert's "
+            "weights stay in memory. Unset: all parameters (a dense model).",
+            ge=1_000_000,
+        ),
+    ] = None
+    experts: Annotated[
+        int | None,
+        Field(
+            description="Mixture of experts: routed experts per MoE layer (config.json num_local_experts).",
+            ge=2,
+            le=4096,
+        ),
+    ] = None
+    experts_per_token: Annotated[
+        int | None,
+        Field(
+            description="Mixture of experts: experts each token is routed to (num_experts_per_tok).",
+            ge=1,
+            le=4096,
+        ),
+    ] = None
+    vision: Annotated[
+        VisionEncoder | None,
+        Field(description="A vision encoder beside the language model (image inputs)."),
+    ] = None
+
+    @model_validator(mode="after")
+    def _experts(self) -> ModelArchitecture:
+        # As the CRD's CEL rules on spec.model.architecture.
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError(EXPERTS_MESSAGE)
+        if (
+            self.experts is not None
+            and self.experts_per_token is not None
+            and self.experts_per_token > self.experts
+        ):
+            raise ValueError(EXPERTS_PER_TOKEN_MESSAGE)
+        if self.active_parameters is not None and self.active_parameters > self.parameters:
+            raise ValueError(ACTIVE_PARAMETERS_MESSAGE)
+        return self
 
 
 class ModelSpec(WireModel):
@@ -383,6 +455,15 @@ class EngineSpec(WireModel):
             "(bitsandbytes is not offered: the pinned vLLM has no such method.)"
         ),
     ] = Quantization.NONE
+    max_images_per_prompt: Annotated[
+        int | None,
+        Field(
+            description="A vision model: images one request may carry (vLLM's --limit-mm-per-prompt), each "
+            "planned at the model's image tokens; 0 serves text only and frees the encoder's cache. Unset: 1.",
+            ge=0,
+            le=64,
+        ),
+    ] = None
     max_model_len: Annotated[
         int | None,
         Field(

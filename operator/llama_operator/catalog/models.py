@@ -32,15 +32,41 @@ class ModelShape:
     hidden_size: int | None = None
     intermediate_size: int | None = None
     vocab_size: int | None = None
+    # A mixture of experts: the parameters one token runs through (None: all, a dense model), routed experts
+    # per MoE layer and experts per token.
+    active_parameters: int | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
+    # A vision encoder: its parameters (part of `parameters`, kept in 16 bits by quantized checkpoints) and the
+    # tokens an image adds to a request at most. 0: a text model.
+    vision_parameters: int = 0
+    image_tokens: int = 0
+    # Where the shape needs saying in the plan (a model vLLM runs only through its Transformers backend).
+    caveat: str | None = None
+
+    @property
+    def compute_parameters(self) -> int:
+        """Parameters a prompt token is computed through: the active ones of a mixture of experts."""
+        return self.active_parameters if self.active_parameters is not None else self.parameters
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
 
     @classmethod
     def from_spec(cls, architecture: ModelArchitecture) -> ModelShape:
+        vision = architecture.vision
         return cls(
             layers=architecture.layers,
             kv_heads=architecture.kv_heads,
             head_dim=architecture.head_dim,
             parameters=architecture.parameters,
             max_context=architecture.max_context,
+            active_parameters=architecture.active_parameters,
+            experts=architecture.experts,
+            experts_per_token=architecture.experts_per_token,
+            vision_parameters=vision.parameters if vision is not None else 0,
+            image_tokens=vision.image_tokens if vision is not None else 0,
         )
 
 
@@ -117,6 +143,93 @@ def _llama3_70b(hub_id: str, max_context: int) -> KnownModel:
     )
 
 
+# Llama 4 (config.json of meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E, text_config):
+# 48 layers, hidden 5120, 40 query heads and 8 KV heads of 128, vocab 202,048, untied embeddings; each routed
+# expert and the shared expert an MLP of intermediate_size 8192, the dense layers' MLP intermediate_size_mlp
+# 16384; top-1 routing (num_experts_per_tok 1). Scout: 16 experts in every layer (interleave_moe_layer_step 1),
+# max_position_embeddings 10,485,760; Maverick: 128 experts in every other layer (step 2), 1,048,576.
+# vision_config: 34 layers of hidden 1408 and MLP 5632, a pixel-shuffle adapter (5632 -> 4096 -> 4096) and a
+# 4096 -> 5120 projector; a 336-pixel tile of 14-pixel patches is 576 patches, 144 tokens after the shuffle
+# (pixel_shuffle_ratio 0.5); the processor takes up to 16 tiles and a global view: 17 x 144 = 2,448 tokens.
+# The totals this gives (108.6 B and 401.6 B; 17.2 B active) match the model cards' 109 B, 400 B and 17 B.
+LLAMA4_HIDDEN = 5120
+LLAMA4_LAYERS = 48
+LLAMA4_EXPERT_MLP = 3 * LLAMA4_HIDDEN * 8192
+LLAMA4_DENSE_MLP = 3 * LLAMA4_HIDDEN * 16_384
+LLAMA4_VOCAB = 202_048
+LLAMA4_VISION_PARAMETERS = 34 * (4 * 1408 * 1408 + 2 * 1408 * 5632) + 5632 * 4096 + 4096 * 4096 + 4096 * 5120
+LLAMA4_IMAGE_TOKENS = 17 * 144
+
+
+def _llama4(hub_id: str, *, experts: int, moe_every: int, max_context: int) -> KnownModel:
+    attention = 2 * LLAMA4_HIDDEN * 40 * 128 + 2 * LLAMA4_HIDDEN * 8 * 128  # q and o, k and v
+    moe_layers = LLAMA4_LAYERS // moe_every
+    routed = moe_layers * experts * LLAMA4_EXPERT_MLP
+    shared = moe_layers * (LLAMA4_EXPERT_MLP + LLAMA4_HIDDEN * experts)  # the shared expert, the router
+    dense = (LLAMA4_LAYERS - moe_layers) * LLAMA4_DENSE_MLP
+    embeddings = _embeddings(LLAMA4_VOCAB, LLAMA4_HIDDEN, tied=False)
+    text = LLAMA4_LAYERS * attention + routed + shared + dense + embeddings
+    return KnownModel(
+        hub_id=hub_id,
+        shape=ModelShape(
+            layers=LLAMA4_LAYERS,
+            kv_heads=8,
+            head_dim=128,
+            parameters=text + LLAMA4_VISION_PARAMETERS,
+            max_context=max_context,
+            embedding_parameters=embeddings,
+            hidden_size=LLAMA4_HIDDEN,
+            intermediate_size=8192,
+            vocab_size=LLAMA4_VOCAB,
+            active_parameters=text - routed + moe_layers * LLAMA4_EXPERT_MLP,  # one routed expert per token
+            experts=experts,
+            experts_per_token=1,
+            vision_parameters=LLAMA4_VISION_PARAMETERS,
+            image_tokens=LLAMA4_IMAGE_TOKENS,
+        ),
+    )
+
+
+# Llama 3.2 Vision (config.json of meta-llama/Llama-3.2-11B-Vision and -90B-Vision): the Llama 3.1 8B / 70B
+# language model with cross-attention layers added (text_config num_hidden_layers 40 and 100, of which 8 and
+# 20 cross_attention_layers), vocab 128,256 (+8 image tokens in the embedding), max_position_embeddings
+# 131,072. vision_config: 32 + 8 global layers of hidden 1280 and MLP 5120, a 7680 -> hidden projector; a
+# 560-pixel tile is 40 x 40 patches and a class token, 1,601 tokens, up to max_num_tiles 4: 6,404 tokens per
+# image, read by the cross-attention layers. The totals this gives (10.6 B, 88.5 B) match the model cards'
+# 10.6 B and 88.6 B. The KV cache is planned for every layer, cross-attention ones too (an over-estimate of
+# 25 %: those hold the image's tokens, not the text's).
+MLLAMA_VISION_LAYERS_PARAMETERS = 40 * (4 * 1280 * 1280 + 2 * 1280 * 5120)
+MLLAMA_IMAGE_TOKENS = 4 * 1601
+MLLAMA_CAVEAT = (
+    "vLLM removed its own Mllama (Llama 3.2 Vision) implementation with the V0 encoder-decoder runner "
+    "(vllm-project/vllm PR 24907, v0.11); the pinned vLLM runs it through its Transformers backend, if at all: "
+    "try it on the image before production"
+)
+
+
+def _llama32_vision(hub_id: str, *, layers: int, hidden: int, intermediate: int) -> KnownModel:
+    layer = 2 * hidden * hidden + 2 * hidden * 8 * 128 + 3 * hidden * intermediate
+    embeddings = (128_256 + 8) * hidden + 128_256 * hidden
+    vision = MLLAMA_VISION_LAYERS_PARAMETERS + 7680 * hidden
+    return KnownModel(
+        hub_id=hub_id,
+        shape=ModelShape(
+            layers=layers,
+            kv_heads=8,
+            head_dim=128,
+            parameters=layers * layer + embeddings + vision,
+            max_context=131_072,
+            embedding_parameters=embeddings,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            vocab_size=128_256,
+            vision_parameters=vision,
+            image_tokens=MLLAMA_IMAGE_TOKENS,
+            caveat=MLLAMA_CAVEAT,
+        ),
+    )
+
+
 def _llama31_405b(hub_id: str) -> KnownModel:
     return _known(
         hub_id,
@@ -165,6 +278,10 @@ KNOWN_MODELS: tuple[KnownModel, ...] = (
     _llama3_70b("meta-llama/Llama-3.3-70B", 131_072),
     _llama3_70b("meta-llama/Meta-Llama-3-70B", 8192),
     _llama31_405b("meta-llama/Llama-3.1-405B"),
+    _llama4("meta-llama/Llama-4-Scout-17B-16E", experts=16, moe_every=1, max_context=10_485_760),
+    _llama4("meta-llama/Llama-4-Maverick-17B-128E", experts=128, moe_every=2, max_context=1_048_576),
+    _llama32_vision("meta-llama/Llama-3.2-11B-Vision", layers=40, hidden=4096, intermediate=14_336),
+    _llama32_vision("meta-llama/Llama-3.2-90B-Vision", layers=100, hidden=8192, intermediate=28_672),
     _llama31_405b("meta-llama/Meta-Llama-3.1-405B"),
     _known(
         "meta-llama/Llama-2-7b",

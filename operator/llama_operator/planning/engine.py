@@ -194,7 +194,9 @@ def _check_capabilities(request: Request, candidate: Candidate) -> None:
 def _required_len(request: Request, config: PlanningConfig) -> int:
     if request.max_model_len is not None:
         return request.max_model_len
-    return min(config.min_context_tokens, request.shape.max_context)
+    # A request's images take context like its prompt: room for them and the shortest context besides.
+    images = request.images_per_prompt * request.shape.image_tokens
+    return min(config.min_context_tokens + images, request.shape.max_context)
 
 
 @dataclass(frozen=True)
@@ -565,7 +567,7 @@ def _step_model(
         fp16_tflops=tflops,
         weight_bytes=weights,
         kv_bytes_per_token=kv_per_token,
-        parameters=shape.parameters,
+        parameters=shape.compute_parameters,  # a mixture of experts computes a token through its active ones
         eager=eager,
         tensor_parallel=candidate.count if candidate.mig is None else 1,
         layers=shape.layers,

@@ -77,6 +77,7 @@ class ExtraArgs:
     num_gpu_blocks_override: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None  # --enforce-eager (True) or --no-enforce-eager (False) given
+    enable_expert_parallel: bool | None = None  # --enable-expert-parallel or its --no- form given
     # The speculative decoding vLLM would configure: --speculative-config with its dotted keys and the
     # --spec-method/--spec-model/--spec-tokens shorthands merged, keys as SpeculativeConfig names them.
     speculative: Mapping[str, Any] | None = None
@@ -443,7 +444,7 @@ def parse_extra_args(extra_args: Sequence[str], *, allowed_code_loading: Sequenc
                 _check_value(flag, flag.name, value, where, policy)
             if values:
                 settings.setdefault(flag.dest, values[0])
-            elif flag.dest == ENFORCE_EAGER:
+            elif flag.dest in (ENFORCE_EAGER, ENABLE_EXPERT_PARALLEL):
                 settings.setdefault(flag.dest, "false" if name.startswith("--no-") else "true")
         else:
             path = sub_key.removesuffix("+")
@@ -552,6 +553,7 @@ def _following_values(
 
 
 SPECULATIVE_CONFIG = "speculative_config"
+ENABLE_EXPERT_PARALLEL = "enable_expert_parallel"
 # vLLM's shorthands of --speculative-config keys (EngineArgs.create_speculative_config: given both, it refuses).
 _SPECULATIVE_SHORTHANDS = {
     "spec_method": "method",
@@ -627,11 +629,13 @@ def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArg
     chosen = backend if backend not in (None, "", "None") else config_backend
     budget_text = settings.get(MAX_NUM_BATCHED_TOKENS)
     eager_text = settings.get(ENFORCE_EAGER)
+    expert_text = settings.get(ENABLE_EXPERT_PARALLEL)
     speculative = _speculative(settings)
     return ExtraArgs(
         speculative=speculative,
         max_num_batched_tokens=None if budget_text is None else _human_int(budget_text),
         enforce_eager=None if eager_text is None else eager_text == "true",
+        enable_expert_parallel=None if expert_text is None else expert_text == "true",
         args=args,
         kv_cache_dtype=settings.get(KV_CACHE_DTYPE),
         attention_backend=chosen,

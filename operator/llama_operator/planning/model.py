@@ -111,6 +111,7 @@ class Request:
     # fp8 from a 16-bit checkpoint, quantized by vLLM as it loads (--quantization fp8); False for a checkpoint
     # stored quantized, whose quantization_config vLLM reads.
     quantization_in_flight: bool = False
+    images_per_prompt: int = 0  # a vision model's --limit-mm-per-prompt images; 0 for a text model
     quantization_read_from: str | None = None  # model.quantization or the name's suffix; None: engine's
     adapters: tuple[LoRAAdapter, ...] = ()
     draft: Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
@@ -203,6 +204,26 @@ def dtype_bytes(dtype: str) -> int:
 # --- entry point ----------------------------------------------------------------------------------
 
 
+def resolve_images(spec: LlamaServiceSpec, shape: ModelShape) -> int:
+    """Images one request may carry: engine.maxImagesPerPrompt on a vision model (1 unset), none on a text one."""
+    wanted = spec.engine.max_images_per_prompt
+    if shape.image_tokens == 0:
+        if wanted:
+            raise PlanningError(
+                f"engine.maxImagesPerPrompt is for a vision model; {spec.model.name} has no vision encoder (set "
+                "model.architecture.vision for one the catalog does not know): remove it"
+            )
+        return 0
+    images = 1 if wanted is None else wanted
+    if spec.engine.max_model_len is not None and images * shape.image_tokens >= spec.engine.max_model_len:
+        raise PlanningError(
+            f"engine.maxModelLen {spec.engine.max_model_len} leaves no room for text beside "
+            f"{images} image(s) of up to {shape.image_tokens} tokens each: raise engine.maxModelLen above "
+            f"{images * shape.image_tokens}, or lower engine.maxImagesPerPrompt"
+        )
+    return images
+
+
 def resolve_quantization(spec: LlamaServiceSpec) -> tuple[Quantization, bool, str | None]:
     """How the weights are stored, whether vLLM quantizes them as it loads them (fp8 on the fly from a 16-bit
     checkpoint: engine.quantization fp8), and where the scheme was read (None: engine.quantization).
@@ -241,6 +262,7 @@ def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
             f"({shape.max_context} tokens): set it to at most {shape.max_context}"
         )
     quantization, in_flight, read_from = resolve_quantization(spec)
+    images = resolve_images(spec, shape)
     return Request(
         model_name=spec.model.name,
         shape=shape,
@@ -248,6 +270,7 @@ def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
         quantization=quantization,
         quantization_in_flight=in_flight,
         quantization_read_from=read_from,
+        images_per_prompt=images,
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,

@@ -4,6 +4,7 @@ and the notes on LoRA slots and a speculative draft.
 
 from __future__ import annotations
 
+import json
 import math
 
 from llama_operator.api.plan import Plan
@@ -94,6 +95,32 @@ def vllm_args(
         notes.append(
             f"quantization {quantization.value}: vLLM reads it from the checkpoint and picks the kernel"
         )
+    shape = request.shape
+    if shape.image_tokens:
+        # The images a request may carry: vLLM's encoder cache and its profile are sized for them.
+        args += ["--limit-mm-per-prompt", json.dumps({"image": request.images_per_prompt})]
+        notes.append(
+            f"vision: up to {request.images_per_prompt} image(s) per request (--limit-mm-per-prompt), each up to "
+            f"{shape.image_tokens} tokens of its context and KV cache; encoder weights "
+            f"{shape.vision_parameters / 1e9:.2f} B parameters, kept in 16 bits"
+        )
+    if shape.is_moe:
+        tp = sized.candidate.count
+        experts = shape.experts or 0
+        active = shape.compute_parameters / 1e9
+        note = (
+            f"mixture of experts: {experts} experts, {shape.experts_per_token} per token; every expert's weights "
+            f"in memory ({shape.parameters / 1e9:.1f} B parameters), a prompt token computed through "
+            f"{active:.1f} B; a decode step is planned reading every expert (a batch of n touches "
+            f"1 - (1 - {shape.experts_per_token}/{experts})^n of them)"
+        )
+        if tp > 1 and experts % tp == 0 and request.extra.enable_expert_parallel is None:
+            # Whole experts per GPU instead of a slice of each: the experts' matrix multiplies stay large.
+            args.append("--enable-expert-parallel")
+            note += f"; expert parallel: {experts // tp} whole experts per GPU (--enable-expert-parallel)"
+        notes.append(note)
+    if shape.caveat is not None:
+        notes.append(shape.caveat)
     if spec.model.cache is not None:
         args += ["--download-dir", config.model_cache_path]
     if spec.model.revision:

@@ -54,7 +54,8 @@ def weight_bytes(shape: ModelShape, *, dtype_bytes: int, quantization: Quantizat
     embeddings = shape.embedding_parameters
     if embeddings is None:
         embeddings = int(shape.parameters * ASSUMED_EMBEDDING_SHARE)
-    embeddings = min(embeddings, shape.parameters)
+    # A vision encoder stays in 16 bits too (the publishers' quantized checkpoints leave it out).
+    embeddings = min(embeddings + shape.vision_parameters, shape.parameters)
     linear = shape.parameters - embeddings
     # Unquantized parts are kept in the activation dtype, at most 16 bits for quantized kernels.
     return math.ceil(linear * QUANTIZED_BYTES_PER_PARAMETER[quantization] + embeddings * min(dtype_bytes, 2))
