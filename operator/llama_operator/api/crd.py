@@ -163,6 +163,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         }
     ],
+    "spec.engine.kvOffload.cpuBytes": [
+        {
+            "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+            "message": "cpuBytes must be a positive Kubernetes quantity such as 40Gi",
+        }
+    ],
     "spec.model.cache.sizeLimit": [
         {
             "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",

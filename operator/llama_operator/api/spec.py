@@ -434,6 +434,28 @@ class AcceleratorSpec(WireModel):
 AutoOrInt = int | Literal["auto"]
 
 
+class KVOffload(WireModel):
+    """KV-cache blocks kept in host memory beside the GPU's (vLLM's native CPU offloading): a prefix evicted from
+    the GPU comes back from there instead of being prefilled again."""
+
+    cpu_bytes: Annotated[
+        str,
+        Field(
+            description="Host memory for offloaded KV blocks, a Kubernetes quantity such as 40Gi (vLLM's "
+            "--kv-offloading-size, over all of a replica's GPUs). The planner adds it to the pod's memory "
+            "request and limit.",
+            max_length=64,
+        ),
+    ]
+
+    @field_validator("cpu_bytes")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        if not (QUANTITY.match(v) and not v.startswith("-") and QUANTITY_ZERO.match(v) is None):
+            raise ValueError("engine.kvOffload.cpuBytes must be a positive Kubernetes quantity such as 40Gi")
+        return v
+
+
 class EngineSpec(WireModel):
     """vLLM engine settings. Left unset, each is derived from the model and the accelerator."""
 
@@ -455,6 +477,10 @@ class EngineSpec(WireModel):
             "(bitsandbytes is not offered: the pinned vLLM has no such method.)"
         ),
     ] = Quantization.NONE
+    kv_offload: Annotated[
+        KVOffload | None,
+        Field(description="Offload KV-cache blocks to host memory (planned into the pod's memory)."),
+    ] = None
     max_images_per_prompt: Annotated[
         int | None,
         Field(

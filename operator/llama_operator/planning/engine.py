@@ -158,6 +158,11 @@ def _check_capabilities(request: Request, candidate: Candidate) -> None:
             f"{accel.type} is {accel.compute_capability}: use quantization fp8 (an FP8 checkpoint, or fp8 "
             "on-the-fly from a 16-bit one) or an int8-capable accelerator (t4 to h200)"
         )
+    if not accel.is_gpu and (request.kv_offload_bytes or request.extra.cpu_offload_gib):
+        raise PlanningError(
+            "engine.kvOffload and --cpu-offload-gb move GPU memory to the host: a CPU replica has its KV cache and "
+            "weights there already; remove them"
+        )
     if not accel.is_gpu and candidate.count != 1:
         raise PlanningError("accelerator.count must be 1 for cpu: a CPU replica runs one vLLM process")
     if candidate.nodes > request.shape.layers:
@@ -316,13 +321,17 @@ def _gpu_memory(
     shape = request.shape
     util = request.gpu_memory_utilization or config.gpu_memory_utilization
 
+    # --cpu-offload-gb keeps that many GiB of each GPU's weights in host memory.
+    offloaded = math.floor(request.extra.cpu_offload_gib * GIB) * candidate.count * candidate.nodes
+    gpu_weights = max(0, weights - offloaded)
+
     def sized(*, cuda_graphs: bool) -> GpuMemorySizing:
         return size_gpu_memory(
             shape,
             device_memory_bytes=candidate.device_memory_bytes,
             tensor_parallel=candidate.count,
             gpu_memory_utilization=util,
-            weight_bytes=weights,
+            weight_bytes=gpu_weights,
             kv_dtype_bytes=kv_dtype_bytes,
             cuda_graphs=cuda_graphs,
             lora_bytes_per_device=lora.gpu_bytes_per_device(candidate.count) if lora is not None else 0,
@@ -374,9 +383,12 @@ def _gpu_memory(
         gpu=gpu,
         kv_cache_tokens=kv_tokens,
         kv_bytes_per_token=per_token,
-        # Per pod: a pod of a multi-node replica loads its stage's share of the weights.
+        # Per pod: a pod of a multi-node replica loads its stage's share of the weights; host memory that holds
+        # offloaded weights (--cpu-offload-gb, per GPU) or KV blocks (engine.kvOffload) comes on top.
         memory_request_bytes=GPU_REPLICA_BASE_MEMORY_BYTES
-        + int(weights / candidate.nodes * GPU_REPLICA_WEIGHT_MEMORY_SHARE),
+        + int(weights / candidate.nodes * GPU_REPLICA_WEIGHT_MEMORY_SHARE)
+        + offloaded // candidate.nodes
+        + request.kv_offload_bytes // candidate.nodes,
         max_num_seqs_ceiling=config.max_auto_num_seqs,
     )
 

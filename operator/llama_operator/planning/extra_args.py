@@ -31,6 +31,7 @@ from llama_operator.planning.errors import PlanningError
 from llama_operator.planning.flag_policy import (
     ATTENTION_BACKEND,
     ATTENTION_CONFIG,
+    CPU_OFFLOAD_GB,
     ENFORCE_EAGER,
     HF_OVERRIDE_KEYS,
     KV_CACHE_DTYPE,
@@ -75,6 +76,8 @@ class ExtraArgs:
     kv_cache_dtype: str | None = None
     attention_backend: str | None = None
     num_gpu_blocks_override: int | None = None
+    # --cpu-offload-gb: GiB of each GPU's weights kept in host memory (streamed in every step).
+    cpu_offload_gib: float = 0.0
     max_num_batched_tokens: int | None = None
     enforce_eager: bool | None = None  # --enforce-eager (True) or --no-enforce-eager (False) given
     enable_expert_parallel: bool | None = None  # --enable-expert-parallel or its --no- form given
@@ -630,12 +633,14 @@ def _interpreted(args: tuple[str, ...], settings: Mapping[str, str]) -> ExtraArg
     budget_text = settings.get(MAX_NUM_BATCHED_TOKENS)
     eager_text = settings.get(ENFORCE_EAGER)
     expert_text = settings.get(ENABLE_EXPERT_PARALLEL)
+    offload_text = settings.get(CPU_OFFLOAD_GB)
     speculative = _speculative(settings)
     return ExtraArgs(
         speculative=speculative,
         max_num_batched_tokens=None if budget_text is None else _human_int(budget_text),
         enforce_eager=None if eager_text is None else eager_text == "true",
         enable_expert_parallel=None if expert_text is None else expert_text == "true",
+        cpu_offload_gib=0.0 if offload_text is None or offload_text in ("", "None") else float(offload_text),
         args=args,
         kv_cache_dtype=settings.get(KV_CACHE_DTYPE),
         attention_backend=chosen,

@@ -25,6 +25,9 @@ OWNED_FLAGS: dict[str, str] = {
     "pipeline_parallel_size": "set spec.accelerator.nodes (a replica over several nodes, pipeline parallel)",
     "data_parallel_size": "set spec.replicas or spec.autoscaling (one engine per pod)",
     "quantization": "set spec.engine.quantization",
+    "kv_offloading_size": "set spec.engine.kvOffload.cpuBytes (the planner adds it to the pod's memory request and "
+    "limit; through extraArgs the pod would be OOM-killed)",
+    "kv_offloading_backend": "set spec.engine.kvOffload (the operator runs vLLM's native CPU offloading)",
     "enable_prefix_caching": "set spec.engine.prefixCaching",
     "download_dir": "set spec.model.cache (mounted at the operator's cache path)",
     "revision": "set spec.model.revision",
@@ -175,4 +178,5 @@ ATTENTION_BACKEND = "attention_backend"
 ATTENTION_CONFIG = "attention_config"
 NUM_GPU_BLOCKS_OVERRIDE = "num_gpu_blocks_override"
 MAX_NUM_BATCHED_TOKENS = "max_num_batched_tokens"
+CPU_OFFLOAD_GB = "cpu_offload_gb"
 ENFORCE_EAGER = "enforce_eager"

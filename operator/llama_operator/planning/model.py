@@ -4,6 +4,8 @@ replica, and a candidate sized to run it.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -112,6 +114,7 @@ class Request:
     # stored quantized, whose quantization_config vLLM reads.
     quantization_in_flight: bool = False
     images_per_prompt: int = 0  # a vision model's --limit-mm-per-prompt images; 0 for a text model
+    kv_offload_bytes: int = 0  # engine.kvOffload.cpuBytes: host memory for offloaded KV blocks
     quantization_read_from: str | None = None  # model.quantization or the name's suffix; None: engine's
     adapters: tuple[LoRAAdapter, ...] = ()
     draft: Draft | None = None  # speculative decoding (extraArgs' --speculative-config)
@@ -204,6 +207,21 @@ def dtype_bytes(dtype: str) -> int:
 # --- entry point ----------------------------------------------------------------------------------
 
 
+_QUANTITY_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^\+?(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[kMGTPE])?$")
+
+
+def quantity_bytes(text: str) -> int:
+    """A Kubernetes memory quantity (40Gi, 500M, 1e9 is not one the API's validation admits here) in bytes."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise PlanningError(f"a memory quantity such as 40Gi is needed, not {text[:32]!r}")
+    return math.ceil(float(match["number"]) * _QUANTITY_SUFFIX[match["suffix"] or ""])
+
+
 def resolve_images(spec: LlamaServiceSpec, shape: ModelShape) -> int:
     """Images one request may carry: engine.maxImagesPerPrompt on a vision model (1 unset), none on a text one."""
     wanted = spec.engine.max_images_per_prompt
@@ -271,6 +289,7 @@ def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
         quantization_in_flight=in_flight,
         quantization_read_from=read_from,
         images_per_prompt=images,
+        kv_offload_bytes=quantity_bytes(engine.kv_offload.cpu_bytes) if engine.kv_offload is not None else 0,
         max_model_len=engine.max_model_len,
         max_num_seqs=None if engine.max_num_seqs == "auto" else engine.max_num_seqs,
         gpu_memory_utilization=engine.gpu_memory_utilization,

@@ -95,6 +95,18 @@ def vllm_args(
         notes.append(
             f"quantization {quantization.value}: vLLM reads it from the checkpoint and picks the kernel"
         )
+    if request.kv_offload_bytes:
+        size_gib = request.kv_offload_bytes / GIB
+        args += ["--kv-offloading-size", f"{size_gib:g}", "--kv-offloading-backend", "native"]
+        notes.append(
+            f"KV offload: {size_gib:g} GiB of host memory for KV blocks evicted from the GPU (vLLM's native "
+            "offloading, over all the replica's GPUs), in the pod's memory request and limit"
+        )
+    if request.extra.cpu_offload_gib:
+        notes.append(
+            f"--cpu-offload-gb {request.extra.cpu_offload_gib:g}: that many GiB of each GPU's weights stay in host "
+            "memory (in the pod's memory request and limit) and cross PCIe every step: decode slows accordingly"
+        )
     shape = request.shape
     if shape.image_tokens:
         # The images a request may carry: vLLM's encoder cache and its profile are sized for them.
