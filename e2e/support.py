@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from localcluster import tools
 from localcluster.info import ClusterInfo
-from localcluster.util import ephemeral_port
+from localcluster.util import ClusterError, ephemeral_port
 
 T = TypeVar("T")
 GROUP = "serving.llama-operator.dev"
@@ -58,6 +59,20 @@ def vllm_server_module() -> ModuleType:
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
     return sys.modules[name]
+
+
+def require_tools(*names: str) -> list[Path]:
+    """Upstream tools the set-up step built (names in localcluster.tools.TOOLS, written out: a unit test reads
+    them): their paths, or the test fails at once saying to run that step. Tests never build one (a cold
+    build outruns their timeout)."""
+    try:
+        return [tools.require(name) for name in names]
+    except ClusterError as missing:
+        pytest.fail(str(missing))
+
+
+def require_tool(name: str) -> Path:
+    return require_tools(name)[0]
 
 
 def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5) -> T:

@@ -7,7 +7,6 @@ would."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,31 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster import info as cluster_info
-from localcluster.config import cache_paths
 from support import repo_root
 
 pytestmark = pytest.mark.beside_operators
 
 CHART = repo_root() / "charts" / "llama-operator"
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    loaded = cluster_info.load()
-    candidates = [Path(p) for p in (os.environ.get("HELM"),) if p]
-    if loaded is not None and "helm" in loaded.raw.get("binaries", {}):
-        candidates.append(Path(loaded.raw["binaries"]["helm"]))
-    candidates.append(cache_paths().tools / "helm")
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        message = (
-            f"helm not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def template(helm: Path, *args: str, release: str = "llama-operator") -> subprocess.CompletedProcess[str]:

@@ -1,40 +1,17 @@
 """`promtool check metrics` is clean on the operator's /metrics and the activator's, with every series
 present (observations, holdings, an unknown GPU), and both expose the process_* metrics.
 
-promtool is built by `e2e/cluster.sh up`; without it these tests skip locally and fail in CI."""
+promtool is built by the set-up step (`bash e2e/cluster.sh binaries --for-tests`); without it these tests fail."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from llama_operator.infra import metrics as m
 from llama_operator.router.metrics import RouterMetrics
-from localcluster import info as cluster_info
-from localcluster.config import PROMETHEUS_VERSION, cache_paths
 from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    loaded = cluster_info.load()
-    candidates = [Path(p) for p in (os.environ.get("PROMTOOL"),) if p]
-    if loaded is not None and "promtool" in loaded.raw.get("binaries", {}):
-        candidates.append(Path(loaded.raw["binaries"]["promtool"]))
-    candidates.append(cache_paths().binary("promtool", PROMETHEUS_VERSION))
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        message = (
-            f"promtool not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def check(promtool: Path, exposition: bytes) -> str:

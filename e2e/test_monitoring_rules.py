@@ -2,13 +2,12 @@
 synthetic series for each alert (firing and not), and the chart's PrometheusRule template rendering to
 exactly the rules tested here.
 
-promtool is built by `e2e/cluster.sh up` (the same Prometheus version as the local cluster's); without it
-these tests skip locally and fail in CI."""
+promtool is built by the set-up step (`bash e2e/cluster.sh binaries --for-tests`; the same Prometheus version
+as the local cluster's); without it these tests fail."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import urllib.error
@@ -22,41 +21,12 @@ import yaml
 
 from llama_operator.observability import dashboard as d
 from llama_operator.observability import rules as r
-from localcluster import info as cluster_info
-from localcluster.config import PROMETHEUS_VERSION, cache_paths
 from support import repo_root
 
 pytestmark = pytest.mark.beside_operators
 
 NAMESPACE = "team-a"  # of the LlamaServices in every scenario
 JOB = r.DEFAULT_OPERATOR_JOB
-
-
-def _tool(name: str, from_cluster: str, fallback: Path) -> Path:
-    loaded = cluster_info.load()
-    candidates = [Path(p) for p in (os.environ.get(name.upper()),) if p]
-    if loaded is not None and from_cluster in loaded.raw.get("binaries", {}):
-        candidates.append(Path(loaded.raw["binaries"][from_cluster]))
-    candidates.append(fallback)
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        message = (
-            f"{name} not found (looked at {', '.join(map(str, candidates))}): run `bash e2e/cluster.sh up`"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    return _tool("promtool", "promtool", cache_paths().binary("promtool", PROMETHEUS_VERSION))
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    return _tool("helm", "helm", cache_paths().tools / "helm")
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@
 - the LeaderWorkerSet the operator renders for a 405B on H100 nodes of eight (a group of two nodes per
   replica) passes the API server's validation with the CRD's own schema, and a wrong one is refused (the
   check is real);
-- where the LWS controller builds from the module proxy, it runs against the cluster (webhooks off: they need
-  a TLS endpoint the API server can call) and makes a leader StatefulSet (one pod per group) and a worker
-  StatefulSet per group, whose pods the scheduler places on kwok H100 nodes, a whole node's GPUs each, one
-  pod per node; scaling spec.replicas removes a whole group. Without the pod webhook the pods lack the
+- the LWS controller (built from the module proxy by the set-up step) runs against the cluster (webhooks
+  off: they need a TLS endpoint the API server can call) and makes a leader StatefulSet (one pod per group)
+  and a worker StatefulSet per group, whose pods the scheduler places on kwok H100 nodes, a whole node's GPUs
+  each, one pod per node; scaling spec.replicas removes a whole group. Without the pod webhook the pods lack the
   LWS_LEADER_ADDRESS/LWS_GROUP_SIZE variables it injects (nothing runs in kwok pods to read them);
   docs/multi-node.md says what cannot be exercised without GPUs.
 """
@@ -32,9 +32,7 @@ from llama_operator.desired.leader_worker_set import WORKER_OF_LABEL
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning import PlanningConfig, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
-from localcluster.binaries import ensure_lws_controller
-from localcluster.config import CachePaths, cache_dir
-from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
+from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, require_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -157,13 +155,10 @@ def h100_nodes(cluster: Cluster) -> Iterator[list[str]]:
 def lws_controller(
     cluster: Cluster, lws_crd: None, h100_nodes: list[str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """The LWS controller, when it builds from the module proxy (LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0 skips)."""
+    """The LWS controller the set-up step built (LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0 skips)."""
     if os.environ.get("LLAMA_OPERATOR_E2E_LWS_CONTROLLER", "1") == "0":
         pytest.skip("LLAMA_OPERATOR_E2E_LWS_CONTROLLER=0")
-    try:
-        binary = ensure_lws_controller(CachePaths(cache_dir()))
-    except Exception as error:  # the module proxy may not serve it: say so, test the rest
-        pytest.skip(f"the LWS controller did not build from the module proxy: {error}")
+    binary = require_tool("lws-controller")
     workdir = tmp_path_factory.mktemp("lws")
     config = workdir / "lws-config.yaml"
     config.write_text(

@@ -22,9 +22,9 @@ import yaml
 
 from imagebuild import registry as oci_registry
 from imagebuild.image import IMAGE_NAME, OPERATOR_UID
-from imagebuild.release import CHART_DIR, changelog_section, helm, python_version
-from localcluster.util import ClusterError, apt_install
-from support import Cluster, repo_root
+from imagebuild.release import CHART_DIR, changelog_section, python_version
+from localcluster.util import ClusterError
+from support import Cluster, repo_root, require_tool, require_tools
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beside_operators]
 
@@ -62,8 +62,13 @@ def get(url: str, accept: str = "application/json") -> tuple[dict[str, Any], dic
         return json.loads(reply.read()), dict(reply.headers)
 
 
+def helm() -> str:
+    return str(require_tool("helm"))
+
+
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci_registry.Registry]:
+    require_tool("registry")
     with oci_registry.serving(tmp_path_factory.mktemp("registry")) as served:
         yield served
 
@@ -74,6 +79,7 @@ def released(
 ) -> Iterator[tuple[str, dict[str, Any], Path]]:
     """`make release` as written, on a scratch copy whose CHANGELOG.md has the new version's section. The
     built image leaves buildah's storage afterwards (its layer cache stays)."""
+    require_tools("buildah", "mmdebstrap", "image-base", "image-wheelhouse", "helm")  # what the release runs
     version = f"0.1.1-rc.{uuid.uuid4().int % 10**6}"
     scratch = scratch_copy(tmp_path_factory.mktemp("tree"))
     changelog = scratch / "CHANGELOG.md"
@@ -198,6 +204,7 @@ def install_md_blocks() -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oci_registry.Registry]:
+    require_tool("registry")
     with oci_registry.serving(tmp_path_factory.mktemp("mirror")) as served:
         yield served
 
@@ -222,7 +229,7 @@ def test_install_md_mirrors_the_release_and_installs_it_from_the_mirror(
         "MIRROR": mirror.host,
         "VERSION": version,
     }
-    apt_install("skopeo", Path("/usr/bin/skopeo"))
+    require_tool("skopeo")
     release, namespace = f"rel-{uuid.uuid4().hex[:6]}", f"e2e-release-{uuid.uuid4().hex[:6]}"
     try:
         for command in [*blocks[0], *blocks[1]]:

@@ -21,9 +21,7 @@ from typing import Any
 
 import pytest
 
-from localcluster.binaries import ensure_endpoint_picker
-from localcluster.config import CachePaths, cache_dir
-from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
+from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, require_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -151,7 +149,7 @@ def test_the_reference_endpoint_picker_discovers_the_pools_pods(
     operator's pool, adds exactly that LlamaService's Ready pods: a second service's pods in the same
     namespace stay out, and a replica added by a scale joins."""
     ns = pool_ns
-    picker = ensure_endpoint_picker(CachePaths(cache_dir()))
+    picker = require_tool("lwepp")
     accelerator = {"type": "a100-80gb", "mig": "1g.10gb"}
     for name in ("picked", "other"):
         assert cluster.apply(llamaservice_manifest(name, accelerator=accelerator), ns).returncode == 0

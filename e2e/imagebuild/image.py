@@ -16,7 +16,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from localcluster.config import REPO_ROOT, cache_dir
-from localcluster.util import ClusterError, apt_install, file_lock, fmt_duration, run, run_logged, say
+from localcluster.util import (
+    ClusterError,
+    apt_install,
+    file_lock,
+    fmt_duration,
+    may_build,
+    run,
+    run_logged,
+    say,
+)
 
 IMAGE_DIR = REPO_ROOT / "images" / "operator"
 DOCKERFILE = IMAGE_DIR / "Dockerfile"
@@ -72,15 +81,27 @@ def buildah(*args: str) -> str:
 def wheelhouse() -> Path:
     """Every locked wheel, downloaded on this machine (its pip, its trust store) with the lockfiles'
     hashes checked, for the build to install without an index (cached; pip skips files it has)."""
-    house = cache_dir() / "image" / "wheelhouse"
+    house = wheelhouse_dir()
     house.mkdir(parents=True, exist_ok=True)
-    have = {hashlib.sha256(wheel.read_bytes()).hexdigest() for wheel in house.glob("*.whl")}
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--only-binary=:all:"]
-    for lock in ("requirements.lock", "build-requirements.lock"):
-        if all(have & set(hashes) for _, _, hashes in _locked(IMAGE_DIR / lock)):
-            continue  # every pin has a file with one of its hashes: nothing to ask the index
-        run([*pip, "-d", str(house), "-r", str(IMAGE_DIR / lock)], env={**os.environ, "PIP_FIND_LINKS": ""})
+    for lock in wheelhouse_missing(house):
+        may_build(f"the image's wheels locked in {lock.name}")
+        run([*pip, "-d", str(house), "-r", str(lock)], env={**os.environ, "PIP_FIND_LINKS": ""})
     return house
+
+
+def wheelhouse_dir() -> Path:
+    return cache_dir() / "image" / "wheelhouse"
+
+
+def wheelhouse_missing(house: Path) -> list[Path]:
+    """The lockfiles some pin of which has no file in `house` with one of its hashes (pip must fetch it)."""
+    have = {hashlib.sha256(wheel.read_bytes()).hexdigest() for wheel in house.glob("*.whl")}
+    return [
+        lock
+        for lock in (IMAGE_DIR / "requirements.lock", IMAGE_DIR / "build-requirements.lock")
+        if not all(have & set(hashes) for _, _, hashes in _locked(lock))
+    ]
 
 
 def base_key() -> str:
@@ -107,15 +128,21 @@ class Base:
     packages: list[tuple[str, str, str]]  # dpkg name, version, architecture
 
 
+def base_rootfs() -> Path:
+    """The base's root filesystem tar in the cache (its dpkg list beside it, with the suffix .dpkg.json)."""
+    return cache_dir() / "image" / f"base-{DEBIAN_SUITE}-{base_key()}.tar"
+
+
 def ensure_base(refresh: bool = False) -> Base:
     """The Debian base: mmdebstrap's root filesystem tar (cached), committed as a buildah image."""
     key = base_key()
     cache = cache_dir() / "image"
-    rootfs = cache / f"base-{DEBIAN_SUITE}-{key}.tar"
+    rootfs = base_rootfs()
     packages_file = rootfs.with_suffix(".dpkg.json")
     name = f"localhost/{IMAGE_NAME}-base:{DEBIAN_SUITE}-{key}"
     with file_lock(cache_dir() / "locks" / "image-base.lock", "image base"):
         if refresh or not rootfs.exists() or not packages_file.exists():
+            may_build(f"the image's Debian base {rootfs}")
             cache.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             tmp = rootfs.with_name(f".tmp{os.getpid()}-{rootfs.name}")  # mmdebstrap: a tar by its suffix

@@ -13,23 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster.binaries import _go_install
-from localcluster.config import REPO_ROOT, cache_paths
+from localcluster.binaries import ensure_registry
+from localcluster.config import REGISTRY_MODULE, REGISTRY_VERSION, REPO_ROOT, cache_paths
 from localcluster.util import ClusterError, ephemeral_port, say
 
-REGISTRY_MODULE = "github.com/distribution/distribution/v3"
-REGISTRY_VERSION = "v3.0.0"
 STATE = REPO_ROOT / "dist" / "registry"
-
-
-def ensure_registry_binary() -> Path:
-    return _go_install(
-        cache_paths(),
-        "registry",
-        REGISTRY_VERSION,
-        f"{REGISTRY_MODULE}/cmd/registry@{REGISTRY_VERSION}",
-        ldflags=f"-s -w -X {REGISTRY_MODULE}/version.version={REGISTRY_VERSION}",
-    )
 
 
 @dataclass(frozen=True)
@@ -58,7 +46,7 @@ def answers(host: str) -> bool:
 
 def start(root: Path) -> Registry:
     """Start a registry storing under `root` (plain HTTP, 127.0.0.1 only); returns once /v2/ answers."""
-    binary = ensure_registry_binary()
+    binary = ensure_registry(cache_paths())
     root.mkdir(parents=True, exist_ok=True)
     port = ephemeral_port()
     config = root / "config.yml"

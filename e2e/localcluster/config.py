@@ -21,6 +21,9 @@ LWS_VERSION = "v0.8.0"
 KARPENTER_VERSION = "v1.14.1"
 # actionlint, which checks .github/workflows/ (e2e/test_release_workflow.py); a plain Go module.
 ACTIONLINT_VERSION = "v1.7.7"
+# CNCF distribution's OCI registry, for `make registry` and the release e2e.
+REGISTRY_MODULE = "github.com/distribution/distribution/v3"
+REGISTRY_VERSION = "v3.0.0"
 # Prometheus 3.x is published on the module proxy as github.com/prometheus/prometheus
 # v0.3MM.P for 3.MM.P. Debian's package is built without Kubernetes service discovery.
 PROMETHEUS_MODULE_VERSION = "v0.316.0"

@@ -23,7 +23,9 @@ from localcluster.cluster import Layout, build_components  # noqa: E402
 from localcluster.config import ETCD_VERSION, KUBERNETES_VERSION, CachePaths, cache_dir  # noqa: E402
 from localcluster.pki import ensure_pki, kubeconfig  # noqa: E402
 from localcluster.procs import Processes  # noqa: E402
-from localcluster.util import TLSClient, release_ports, reserve_port  # noqa: E402
+from localcluster.util import NO_BUILDS_ENV, TLSClient, release_ports, reserve_port  # noqa: E402
+
+os.environ[NO_BUILDS_ENV] = "1"  # the API server's binaries come from the set-up step, never built in a test
 
 STARTUP_SECONDS = 60.0
 
