@@ -19,7 +19,7 @@ import yaml
 
 from localcluster import info as cluster_info  # e2e/ is on sys.path: the script runs from there
 from localcluster.config import state_dir
-from localcluster.util import ephemeral_port, http_get
+from localcluster.util import ClusterError, ephemeral_port, http_get, wait_until_serving
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = state_dir() / "demo"
@@ -222,15 +222,12 @@ class Demo:
         # Up and answering before anything is sent to its port: a simulator that could not bind would
         # otherwise leave the load driver talking to whatever holds the port.
         url = f"http://127.0.0.1:{self.cluster.fleet_port}/healthz"
-        deadline = time.monotonic() + 60
-        while http_get(url, timeout=2)[0] != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (STATE / "fleet.log").read_text(errors="replace").strip().splitlines()[-5:]
-                raise SystemExit(
-                    f"the fleet simulator did not come up on port {self.cluster.fleet_port} "
-                    f"(exit {proc.poll()}): {' / '.join(tail)}; its log: {STATE / 'fleet.log'}"
-                )
-            time.sleep(0.3)
+        try:
+            wait_until_serving(
+                "the fleet simulator", proc, lambda: http_get(url, timeout=2)[0] == 200, STATE / "fleet.log"
+            )
+        except ClusterError as failed:
+            raise SystemExit(str(failed)) from None
         say(f"fleet simulator running as pid {proc.pid} on port {self.cluster.fleet_port}")
 
     def replicas(self, name: str) -> int | None:

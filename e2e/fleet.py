@@ -24,6 +24,7 @@ from kubernetes import client, config
 
 from llama_bench.fleetsim.client import FleetClient
 from localcluster.info import ClusterInfo
+from localcluster.util import log_tail
 from support import GROUP, Cluster, OperatorProcess, eventually, repo_root, wait_healthz
 
 VERSION, PLURAL = "v1alpha1", "llamaservices"
@@ -93,7 +94,7 @@ class FleetProcess:
         ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=repo_root())
-        wait_healthz("fleet-sim", self.proc, f"{self.url}/healthz", self.tail, timeout=30)
+        wait_healthz("fleet-sim", self.proc, f"{self.url}/healthz", self.log)
 
     def stop(self) -> int | None:
         """SIGTERM; the exit code (None if it had to be killed)."""
@@ -110,9 +111,7 @@ class FleetProcess:
             return None
 
     def tail(self, lines: int = 40) -> str:
-        return (
-            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
-        )
+        return log_tail(self.log, lines)
 
     def service(self, namespace: str, name: str) -> dict[str, Any]:
         return self.client.service(namespace, name)

@@ -26,21 +26,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from localcluster.util import log_tail
 from support import Cluster, OperatorProcess, eventually, free_port, wait_healthz
 
 
 @dataclass
 class RouterProcess:
-    """`llama-operator router` as a child process."""
+    """`llama-operator router` (or `activator`, its other name) as a child process."""
 
     cluster: Cluster
     log_dir: Path
-    upstream: str
-    own_namespace: str
+    upstream: str  # --upstream-override: every request goes there
+    own_namespace: str  # where its demand Leases go (the operator reads them there)
     extra_args: list[str] = field(default_factory=list)
-    name: str = "router"  # its log's name: several routers may share a folder
-    listen_address: str = "0.0.0.0"  # reachable from the pod addresses put on loopback
-    ready_timeout: float = 120.0
+    command: str = "router"  # or "activator", its other name
+    name: str = "router"  # its logs: NAME-START.log (several routers may share a folder)
+    # 0.0.0.0: reachable from the pod addresses a test puts on loopback (on_loopback).
+    listen_address: str = "0.0.0.0"
+    ready_timeout: float | None = None  # a bound on its start (default: wait while it makes progress)
     port: int = 0
     admin_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -66,7 +69,7 @@ class RouterProcess:
             sys.executable,
             "-m",
             "llama_operator",
-            "router",
+            self.command,
             f"--port={self.port}",
             f"--admin-port={self.admin_port}",
             f"--listen-address={self.listen_address}",
@@ -82,7 +85,7 @@ class RouterProcess:
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         # Ready once its watches listed LlamaServices, EndpointSlices and every Pod: slow on a busy API server.
-        wait_healthz("the router", self.proc, self.readyz_url, self.tail, timeout=self.ready_timeout)
+        wait_healthz(f"the {self.command}", self.proc, self.readyz_url, self.log, at_most=self.ready_timeout)
         self.started_seconds = time.monotonic() - started
 
     @property
@@ -107,9 +110,7 @@ class RouterProcess:
             self.proc.wait(timeout=10)
 
     def tail(self, lines: int = 40) -> str:
-        return (
-            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
-        )
+        return log_tail(self.log, lines)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as r:

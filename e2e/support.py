@@ -21,7 +21,7 @@ import pytest
 
 from localcluster import tools
 from localcluster.info import ClusterInfo
-from localcluster.util import ClusterError, ephemeral_port
+from localcluster.util import ClusterError, ephemeral_port, log_tail, wait_until_serving
 
 T = TypeVar("T")
 GROUP = "serving.llama-operator.dev"
@@ -87,21 +87,38 @@ def eventually(what: str, fn: Callable[[], T | None], timeout: float = 60.0, int
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
+def wait_while_progressing(
+    what: str,
+    proc: subprocess.Popen[bytes],
+    done: Callable[[], bool],
+    log: Path,
+    at_most: float | None = None,
+) -> float:
+    """Wait until `done()` while `proc`, whose output `log` holds, is alive and making progress: a start
+    takes what a busy host gives it (localcluster.util.wait_until_serving). Fails at once, with the log's
+    tail, when the process exits or stalls, or after `at_most` seconds where the test bounds it. Returns the
+    seconds it took."""
+    try:
+        if at_most is None:
+            return wait_until_serving(what, proc, done, log)
+        return wait_until_serving(what, proc, done, log, at_most=at_most)
+    except ClusterError as failed:
+        pytest.fail(str(failed))
+
+
 def wait_healthz(
-    what: str, proc: subprocess.Popen[bytes], url: str, tail: Callable[[], str], timeout: float
-) -> None:
-    """Wait for `url` (a /healthz) to answer 200; fail at once, with the log's tail, if `proc` exits."""
+    what: str, proc: subprocess.Popen[bytes], url: str, log: Path, at_most: float | None = None
+) -> float:
+    """Wait for `url` (a /healthz or /readyz) to answer 200 while `proc` is alive and making progress."""
 
     def healthy() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode}:\n{tail()}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 return bool(r.status == 200)
         except OSError:
             return False
 
-    eventually(f"{what}'s {url}", healthy, timeout=timeout)
+    return wait_while_progressing(f"{what} ({url})", proc, healthy, log, at_most)
 
 
 @dataclass
@@ -224,7 +241,7 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        wait_healthz("the operator", self.proc, f"http://127.0.0.1:{port}/healthz", self.tail, timeout=90)
+        wait_healthz("the operator", self.proc, f"http://127.0.0.1:{port}/healthz", self.log)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after `timeout` seconds (its clean-up handlers run only before that)."""
@@ -242,9 +259,7 @@ class OperatorProcess:
         self.start()
 
     def tail(self, lines: int = 60) -> str:
-        return (
-            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
-        )
+        return log_tail(self.log, lines)
 
     def tracebacks(self) -> list[str]:
         """Every traceback in the log, each with the log line that announced it (the failure message of a

@@ -21,7 +21,15 @@ from typing import Any
 
 import pytest
 
-from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, require_tool
+from support import (
+    Cluster,
+    OperatorProcess,
+    eventually,
+    free_port,
+    llamaservice_manifest,
+    require_tool,
+    wait_while_progressing,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -199,16 +207,14 @@ def test_the_reference_endpoint_picker_discovers_the_pools_pods(
                     names.add((fields.get("Pod") or fields.get("name") or {}).get("name", ""))
             return names
 
-        try:
-            eventually(f"the picker adding {sorted(picked)}", lambda: picked <= added() or None, 60)
-        except BaseException:
-            print(log.read_text(errors="replace")[-6000:])
-            raise
+        # The picker starts, learns the pool and lists its pods in what time the host gives it: waited for
+        # while it runs and makes progress (a fixed wait failed on busy hosts), failing with its log's tail.
+        wait_while_progressing(f"the picker adding {sorted(picked)}", proc, lambda: picked <= added(), log)
         # A replica added to the service joins it; the other service's pods never do.
         two = llamaservice_manifest("picked", accelerator=accelerator, replicas=2)
         assert cluster.apply(two, ns).returncode == 0
         both = eventually("a second Ready pod", lambda: ready_pods("picked", 2), 90)
-        eventually(f"the picker adding {sorted(both)}", lambda: both <= added() or None, 60)
+        wait_while_progressing(f"the picker adding {sorted(both)}", proc, lambda: both <= added(), log)
         assert not (added() & others), log.read_text(errors="replace")
         assert proc.poll() is None, log.read_text(errors="replace")
     finally:

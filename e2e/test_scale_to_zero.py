@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +40,8 @@ import pytest
 
 from conftest import VLLM_API_KEY, VLLM_MODEL
 from fleet import FleetProcess
-from router_support import operator_for_zero, router_stand_in
-from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, wait_healthz
+from router_support import RouterProcess, operator_for_zero, router_stand_in
+from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -54,76 +51,25 @@ COLD_START_SECONDS = 6  # kwok makes a new pod Ready this long after it runs
 ACTIVATOR_SERVICE = "activator"
 
 
-@dataclass
-class ActivatorProcess:
-    """`llama-operator activator` as a child process."""
-
-    cluster: Cluster
-    log_dir: Path
-    upstream: str
-    index: int
-    own_namespace: str = "default"  # where its demand Leases go (the operator reads them there)
-    drain_seconds: float = 2.0
-    port: int = 0
-    admin_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def log(self) -> Path:
-        return self.log_dir / f"activator-{self.index}-{self.starts}.log"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.starts += 1
-        self.port, self.admin_port = free_port(), free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "llama_operator",
-            "activator",
-            f"--port={self.port}",
-            f"--admin-port={self.admin_port}",
-            "--listen-address=127.0.0.1",
-            "--demand-interval=1",
-            f"--upstream-override={self.upstream}",
-            f"--own-namespace={self.own_namespace}",
-            f"--drain-seconds={self.drain_seconds}",
+def activator(
+    cluster: Cluster, log_dir: Path, upstream: str, index: int, own_namespace: str
+) -> RouterProcess:
+    """The router under its activator name, as the chart runs it, on 127.0.0.1."""
+    return RouterProcess(
+        cluster,
+        log_dir,
+        upstream=upstream,
+        own_namespace=own_namespace,
+        command="activator",
+        name=f"activator-{index}",
+        listen_address="127.0.0.1",
+        extra_args=[
+            "--drain-seconds=2.0",
             # The test's client calls from the host, not from a pod: trusted, as a gateway would be, to
             # address the service by Host (e2e/test_router_tenancy.py covers callers from pods).
             "--trusted-source=127.0.0.1",
-        ]
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.info.kubeconfig)}
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        wait_healthz(
-            "the activator", self.proc, f"http://127.0.0.1:{self.admin_port}/readyz", self.tail, timeout=60
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def tail(self, lines: int = 40) -> str:
-        return (
-            "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
-        )
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
+        ],
+    )
 
 
 @dataclass
@@ -135,7 +81,7 @@ class Answer:
     headers: dict[str, str]
 
 
-def chat(activator: ActivatorProcess, namespace: str, *, stream: bool = True, timeout: float = 180) -> Answer:
+def chat(activator: RouterProcess, namespace: str, *, stream: bool = True, timeout: float = 180) -> Answer:
     """A chat completion through the activator, addressed as a client in the cluster would (Host:
     <service>.<namespace>)."""
     payload = {
@@ -171,14 +117,14 @@ def chat(activator: ActivatorProcess, namespace: str, *, stream: bool = True, ti
         return Answer(err.code, time.monotonic() - started, None, err.read().decode(), dict(err.headers))
 
 
-def attempt(activator: ActivatorProcess, namespace: str) -> Answer | Exception:
+def attempt(activator: RouterProcess, namespace: str) -> Answer | Exception:
     try:
         return chat(activator, namespace)
     except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as err:
         return err
 
 
-def held_now(activator: ActivatorProcess) -> float:
+def held_now(activator: RouterProcess) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in activator.metrics().splitlines()
@@ -247,12 +193,10 @@ def fleet(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def activators(
     cluster: Cluster, vllm_server: Any, activator_namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[ActivatorProcess]]:
+) -> Iterator[list[RouterProcess]]:
     log_dir = tmp_path_factory.mktemp("activators")
     procs = [
-        ActivatorProcess(
-            cluster, log_dir, upstream=vllm_server.base_url, index=i, own_namespace=activator_namespace
-        )
+        activator(cluster, log_dir, upstream=vllm_server.base_url, index=i, own_namespace=activator_namespace)
         for i in range(2)
     ]
     for proc in procs:
@@ -320,7 +264,7 @@ def test_scale_to_zero_and_back(
     cluster: Cluster,
     zero_operator: OperatorProcess,
     fleet: FleetProcess,
-    activators: list[ActivatorProcess],
+    activators: list[RouterProcess],
     activator_namespace: str,
     zero_namespace: str,
 ) -> None:
@@ -438,7 +382,7 @@ def test_scale_to_zero_and_back(
 
 
 def test_no_scale_to_zero_without_metrics(
-    cluster: Cluster, zero_operator: OperatorProcess, activators: list[ActivatorProcess], fleet: FleetProcess
+    cluster: Cluster, zero_operator: OperatorProcess, activators: list[RouterProcess], fleet: FleetProcess
 ) -> None:
     """With the fleet simulator stopped, the pods export no metrics: the service is never idle in the
     autoscaler's eyes ("no data" is not "no load"), and keeps its replica."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from localcluster.binaries import ensure_registry
 from localcluster.config import REGISTRY_MODULE, REGISTRY_VERSION, REPO_ROOT, cache_paths
-from localcluster.util import ClusterError, ephemeral_port, say
+from localcluster.util import ClusterError, ephemeral_port, say, wait_until_serving
 
 STATE = REPO_ROOT / "dist" / "registry"
 
@@ -60,12 +60,11 @@ def start(root: Path) -> Registry:
         start_new_session=True,
     )
     host = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not answers(host):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise ClusterError(f"registry did not answer on {host}; log {root / 'registry.log'}")
-        time.sleep(0.2)
+    try:
+        wait_until_serving(f"the registry on {host}", proc, lambda: answers(host), root / "registry.log")
+    except ClusterError:
+        proc.kill()
+        raise
     (root / "pid").write_text(f"{proc.pid}\n")
     (root / "host").write_text(f"{host}\n")
     say(

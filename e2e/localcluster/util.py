@@ -324,6 +324,63 @@ def may_build(what: str) -> None:
         )
 
 
+def log_tail(log: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a process's log ("" before it has one)."""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+
+def _cpu_ticks(pid: int) -> int:
+    """The CPU time a process and its waited-for children used, in clock ticks (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+
+
+# A process that neither uses the CPU nor writes to its log this long is stuck, not slow.
+STALLED_SECONDS = 90.0
+# The bound past which a start that still progresses is given up on (pytest's own timeouts are longer).
+START_AT_MOST_SECONDS = 420.0
+
+
+def wait_until_serving(
+    what: str,
+    proc: subprocess.Popen[bytes],
+    serving: Callable[[], bool],
+    log: Path,
+    *,
+    stalled_after: float = STALLED_SECONDS,
+    at_most: float = START_AT_MOST_SECONDS,
+) -> float:
+    """Wait until `serving()` while `proc` is alive and making progress (its CPU time or its log grows), and
+    return the seconds it took. A start takes what the host gives it: a fixed short wait failed the fleet
+    simulator on a busy host while it was still importing. Raises, with the log's tail, at once when the
+    process exits, or when it stalled `stalled_after` seconds, or after `at_most` seconds."""
+    start = time.monotonic()
+    progress, progressed_at = (-1, -1), start
+    while not serving():
+        now = time.monotonic()
+        if proc.poll() is not None:
+            raise ClusterError(
+                f"{what} exited with {proc.returncode} before serving; {log}:\n{log_tail(log)}"
+            )
+        mark = (_cpu_ticks(proc.pid), log.stat().st_size if log.exists() else 0)
+        if mark != progress:
+            progress, progressed_at = mark, now
+        elif now - progressed_at > stalled_after:
+            raise ClusterError(
+                f"{what} is not serving and used no CPU and wrote nothing for {stalled_after:.0f} s "
+                f"(after {fmt_duration(now - start)}); {log}:\n{log_tail(log)}"
+            )
+        if now - start > at_most:
+            raise ClusterError(
+                f"{what} still not serving after {fmt_duration(now - start)}; {log}:\n{log_tail(log)}"
+            )
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
 def apt_install(package: str, probe: Path) -> None:
     """apt-get install, waiting for dpkg/apt locks another installer may hold."""
     if probe.exists():
