@@ -227,7 +227,9 @@ class Demo:
                 "the fleet simulator", proc, lambda: http_get(url, timeout=2)[0] == 200, STATE / "fleet.log"
             )
         except ClusterError as failed:
-            raise SystemExit(str(failed)) from None
+            raise SystemExit(
+                f"the fleet simulator did not come up on port {self.cluster.fleet_port}: {failed}"
+            ) from None
         say(f"fleet simulator running as pid {proc.pid} on port {self.cluster.fleet_port}")
 
     def replicas(self, name: str) -> int | None:

@@ -13,7 +13,6 @@ from llama_operator.autoscale.calibration import (
     CATALOG_FACTORS,
     Calibration,
     Factors,
-    Hardware,
     StepBasis,
     StepObservation,
     calibrated_step_model,
@@ -23,16 +22,7 @@ from llama_operator.autoscale.calibration import (
 )
 from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.signals import Signals, SignalStatus
-from llama_operator.catalog.accelerators import BUILTIN_CATALOG
-
-T4 = BUILTIN_CATALOG.get("t4")
-LLAMA_1B_ON_T4 = Hardware(
-    bandwidth_bytes_per_s=T4.bandwidth_bytes_per_s,
-    fp16_tflops=T4.fp16_dense_tflops,
-    weight_bytes=2.47e9,
-    kv_bytes_per_token=32768,
-    parameters=1.24e9,
-)
+from tests.llama_1b import LLAMA_1B_ON_T4
 
 BASIS = StepBasis.from_hardware(LLAMA_1B_ON_T4)
 

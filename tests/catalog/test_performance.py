@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llama_operator.catalog.accelerators import accelerator
-from llama_operator.catalog.performance import StepModel, step_model
-
-# Llama 3.2 1B in fp16 on a T4 (design brief: 2.47 GB of weights, 32 KiB of KV per token, 320 GB/s).
-T4_1B = step_model(
-    bandwidth_bytes_per_s=accelerator("t4").bandwidth_bytes_per_s,
-    fp16_tflops=accelerator("t4").fp16_dense_tflops,
-    weight_bytes=2.47e9,
-    kv_bytes_per_token=32768,
-    parameters=1.24e9,
-)
+from llama_operator.catalog.performance import CATALOG_FACTORS, StepModel, calibrated_step_model, step_model
+from tests.llama_1b import T4_1B, llama_1b_hardware
 
 
 def test_a_decode_step_reads_the_weights_and_every_sequences_kv_cache() -> None:
@@ -60,13 +51,7 @@ def test_decode_throughput_is_the_tpot_batch_over_its_mean_step() -> None:
 
 
 def test_a_faster_memory_decodes_more_within_the_same_tpot() -> None:
-    a10g = step_model(
-        bandwidth_bytes_per_s=accelerator("a10g").bandwidth_bytes_per_s,
-        fp16_tflops=accelerator("a10g").fp16_dense_tflops,
-        weight_bytes=2.47e9,
-        kv_bytes_per_token=32768,
-        parameters=1.24e9,
-    )
+    a10g = calibrated_step_model(llama_1b_hardware("a10g"), CATALOG_FACTORS)
     assert a10g.tpot_batch(0.06, 128, 2048) > T4_1B.tpot_batch(0.06, 128, 2048) > 0
 
 

@@ -5,6 +5,7 @@ accelerator reaches is reported as such, not as a memory misfit."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from llama_operator.catalog.performance import step_model
 from llama_operator.planning import PlanningConfig, PlanningError, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
 from llama_operator.planning.tuning import MIN_TPOT_CHUNK_TOKENS, TPOT_CHUNK_SHARE
+from tests.llama_1b import llama_1b_hardware
 from tests.planning.builders import LLAMA_1B
 from tests.planning.test_tpot_floor import eight_gpu_node
 
@@ -36,11 +38,7 @@ def spec(tpot: float, accelerator: dict[str, Any] | None = None) -> LlamaService
 def llama_1b_on(accelerator: str, tp: int) -> Any:
     accel = BUILTIN_CATALOG.get(accelerator)
     return step_model(
-        bandwidth_bytes_per_s=accel.bandwidth_bytes_per_s * tp,
-        fp16_tflops=accel.fp16_dense_tflops * tp,
-        weight_bytes=2.47e9,
-        kv_bytes_per_token=32768,
-        parameters=1.24e9,
+        **asdict(llama_1b_hardware(accelerator, tp)),
         tensor_parallel=tp,
         layers=16,
         hidden_size=2048,

@@ -4,7 +4,11 @@ import random
 
 import pytest
 
+from llama_bench.sim.accelerators import replica_profile
 from llama_bench.sim.trace import Trace, TraceRequest
+
+# The simulated replica most of these tests run on: the catalog's T4 serving its default model.
+T4 = replica_profile("t4")
 
 
 def synthetic_trace(seconds: float = 300.0, rate: float = 3.0, seed: int = 7) -> Trace:

@@ -14,23 +14,13 @@ from llama_bench.sim.fleet import simulate
 from llama_bench.sim.oracle import FixedReplicas
 from llama_bench.sim.scenario import ScenarioRunner
 from llama_bench.sim.tracegen import Lengths, TraceSpec, generate
-from llama_operator.catalog.accelerators import BUILTIN_CATALOG
 from llama_operator.catalog.performance import (
     CATALOG_FACTORS,
     STEP_OVERHEAD_SECONDS,
-    Hardware,
     calibrated_step_model,
 )
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS
-
-T4 = BUILTIN_CATALOG.get("t4")
-LLAMA_1B_ON_T4 = Hardware(
-    bandwidth_bytes_per_s=T4.bandwidth_bytes_per_s,
-    fp16_tflops=T4.fp16_dense_tflops,
-    weight_bytes=2.47e9,
-    kv_bytes_per_token=32768,
-    parameters=1.24e9,
-)
+from tests.llama_1b import LLAMA_1B_ON_T4
 
 
 @pytest.mark.parametrize("speed", [0.7, 1.3])

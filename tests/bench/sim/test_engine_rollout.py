@@ -8,15 +8,13 @@ import math
 
 import pytest
 
-from llama_bench.sim.accelerators import replica_profile
 from llama_bench.sim.calibration_bench import run_speed
 from llama_bench.sim.fleet import FleetConfig, SimulationResult, simulate
 from llama_bench.sim.metrics import MetricsView
 from llama_bench.sim.replica import Phase
 
-from .conftest import synthetic_trace
+from .conftest import T4, synthetic_trace
 
-T4 = replica_profile("t4")
 NEW_ENGINE = (T4.max_num_batched_tokens + 512, T4.max_num_seqs // 2)
 
 

@@ -15,9 +15,7 @@ from llama_bench.sim.report import flap_count, summarize
 from llama_bench.sim.trace import Trace, TraceRequest
 from llama_operator.autoscale.signals import SignalStatus
 
-from .conftest import synthetic_trace
-
-T4 = replica_profile("t4")
+from .conftest import T4, synthetic_trace
 
 
 def run(trace: Trace, replicas: int, cold_start: float = 40.0) -> SimulationResult:

@@ -8,7 +8,6 @@ from importlib import resources
 
 import pytest
 
-from llama_bench.sim.accelerators import replica_profile
 from llama_bench.sim.fleet import FleetConfig, SimulationResult, request_key, simulate
 from llama_bench.sim.mooncake import BUNDLED_MOONCAKE, load_mooncake, parse_mooncake
 from llama_bench.sim.oracle import FixedReplicas
@@ -17,7 +16,7 @@ from llama_bench.sim.replica import PrefixCache
 from llama_bench.sim.routingbench import hit_rate
 from llama_bench.sim.trace import BLOCK_TOKENS, Trace, TraceRequest
 
-T4 = replica_profile("t4")
+from .conftest import T4
 
 # Multi-turn chats under short system prompts: the router's key (the prompt's first ~256 tokens) reaches
 # into the first user message, one key per conversation. Light load: no replica saturates, no spill.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from llama_bench.sim.accelerators import ReplicaProfile, replica_profile
+from llama_bench.sim.accelerators import ReplicaProfile
 from llama_bench.sim.fleet import FleetConfig, SimulationResult, simulate
 from llama_bench.sim.metrics import FleetSnapshot, MetricsView
 from llama_bench.sim.oracle import FixedReplicas
@@ -18,9 +18,7 @@ from llama_bench.sim.tracegen import head
 from llama_operator.autoscale.signals import cumulative_buckets, histogram_quantile
 from llama_operator.catalog.vllm import VLLM_ITL_BUCKETS, measurable_tpot, measurable_tpot_at_least
 
-from .conftest import synthetic_trace
-
-T4 = replica_profile("t4")
+from .conftest import T4, synthetic_trace
 
 
 def burst(concurrent: int, prompt: int = 1000, output: int = 200) -> Trace:
