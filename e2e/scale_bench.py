@@ -41,7 +41,7 @@ from kubernetes import client, config
 from fleet import FleetProcess
 from llama_bench.fleetsim.load import LoadSpec
 from localcluster import info as cluster_info
-from support import Cluster, OperatorProcess
+from support import Cluster, OperatorProcess, kwok_gpu_node
 
 GROUP, VERSION, PLURAL = "serving.llama-operator.dev", "v1alpha1", "llamaservices"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
@@ -172,11 +172,6 @@ SERVED_LOAD = {"default": {"rate": 0.2, "prompt_tokens": 500, "output_tokens": 5
 def l4_pool(pods: int) -> dict[str, Any]:
     """A kwok node that fits every autoscaled replica (they ask for an L4): what makes them run."""
     labels = {
-        "kubernetes.io/hostname": "bench-l4-pool",
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "type": "kwok",
-        "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-L4",
         "nvidia.com/gpu.memory": "23034",
         "nvidia.com/gpu.count": str(pods),
@@ -189,17 +184,7 @@ def l4_pool(pods: int) -> dict[str, Any]:
         "ephemeral-storage": f"{100 * pods}Gi",
         "nvidia.com/gpu": str(pods),
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": "bench-l4-pool",
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": labels,
-        },
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {"capacity": capacity, "allocatable": capacity},
-    }
+    return kwok_gpu_node("bench-l4-pool", labels, capacity)
 
 
 def poll_progress(

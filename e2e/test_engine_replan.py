@@ -17,14 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from fleet import FleetProcess, Kube, closed_loop_operator, running_fleet
 from llama_bench.fleetsim.load import LoadSpec
 from llama_operator.api.settings import Settings
 from llama_operator.reconcile.engine import ENGINE_REPLANNED
 from llama_operator.reconcile.outcome import plan_llamaservice
-from support import Cluster, OperatorProcess, eventually
+from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
@@ -34,24 +33,17 @@ WINDOW = 20.0  # LLAMA_OPERATOR_SIGNAL_WINDOW_SECONDS
 SPEED = 2.5  # the simulated replicas' hardware against the catalog's step model
 # config.engineReplanMinObservations: a few minutes of evaluations here, where production waits for 50.
 MIN_OBSERVATIONS = 12
-MANIFEST = f"""
-apiVersion: serving.llama-operator.dev/v1alpha1
-kind: LlamaService
-metadata:
-  name: {NAME}
-spec:
-  model:
-    name: meta-llama/Llama-3.2-1B-Instruct
-  accelerator:
-    type: a100-80gb
-    mig: 1g.10gb
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: 1
-    slo: {{ttftSeconds: 1, tpotSeconds: 0.05, percentile: 95}}
-"""
+MANIFEST = llamaservice_manifest(
+    NAME,
+    accelerator={"type": "a100-80gb", "mig": "1g.10gb"},
+    autoscaling={
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "slo": {"ttftSeconds": 1, "tpotSeconds": 0.05, "percentile": 95},
+    },
+)
 _, CATALOG_PLAN = plan_llamaservice(
-    {**yaml.safe_load(MANIFEST), "metadata": {"name": NAME, "namespace": "e2e"}}, Settings(), None
+    {**MANIFEST, "metadata": {"name": NAME, "namespace": "e2e"}}, Settings(), None
 )
 # Prompt-heavy enough that the fit sees the prompt chunks (compute efficiency), light enough that the
 # replica never queues (~20 % of its prefill), with answers long enough that a sequence or more is

@@ -30,6 +30,11 @@ def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return cluster.helm(*args)
 
 
+def template(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`helm template x` of the chart with `args`."""
+    return helm(cluster, "template", "x", str(repo_root() / "charts" / "llama-operator"), *args)
+
+
 @pytest.fixture(scope="module")
 def watched(cluster: Cluster) -> Iterator[str]:
     name = f"helm-team-{RUN}"
@@ -124,7 +129,7 @@ def test_a_platform_teams_usual_values_reach_the_operator(cluster: Cluster, rele
 def test_a_bad_value_fails_at_install_time_naming_the_field(
     cluster: Cluster, args: list[str], message: str
 ) -> None:
-    done = helm(cluster, "template", "x", str(repo_root() / "charts" / "llama-operator"), *args)
+    done = template(cluster, *args)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
 
@@ -135,14 +140,7 @@ def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> Non
     values = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert "watchNamespaces" in values and "monitoring:" in values, "the usual values block moved"
     (tmp_path / "values.yaml").write_text(values)
-    done = helm(
-        cluster,
-        "template",
-        "x",
-        str(repo_root() / "charts" / "llama-operator"),
-        "-f",
-        str(tmp_path / "values.yaml"),
-    )
+    done = template(cluster, "-f", str(tmp_path / "values.yaml"))
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     kinds = {d["kind"] for d in docs}
@@ -158,11 +156,8 @@ def test_the_install_docs_values_render(cluster: Cluster, tmp_path: Path) -> Non
 
 
 def test_the_service_monitor_can_live_where_prometheus_looks(cluster: Cluster) -> None:
-    done = helm(
+    done = template(
         cluster,
-        "template",
-        "x",
-        str(repo_root() / "charts" / "llama-operator"),
         "-n",
         "ops",
         "--set",
@@ -189,14 +184,7 @@ def test_the_service_monitor_can_live_where_prometheus_looks(cluster: Cluster) -
     ],
 )
 def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, namespaces: list[str]) -> None:
-    done = helm(
-        cluster,
-        "template",
-        "x",
-        str(repo_root() / "charts" / "llama-operator"),
-        "--set",
-        f"watchNamespaces={value}",
-    )
+    done = template(cluster, "--set", f"watchNamespaces={value}")
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     roles = sorted(
@@ -302,11 +290,8 @@ def test_operator_works_with_the_charts_service_account(
 
 
 def test_the_activator_renders_with_its_rbac_and_reaches_the_operators_config(cluster: Cluster) -> None:
-    done = helm(
+    done = template(
         cluster,
-        "template",
-        "x",
-        str(repo_root() / "charts" / "llama-operator"),
         "-n",
         "llama-system",
         "--set",

@@ -32,7 +32,15 @@ from llama_operator.desired.leader_worker_set import WORKER_OF_LABEL
 from llama_operator.desired.objects import build_desired_state
 from llama_operator.planning import PlanningConfig, plan_service
 from llama_operator.planning.inventory import inventory_from_nodes
-from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest, require_tool
+from support import (
+    Cluster,
+    OperatorProcess,
+    eventually,
+    free_port,
+    kwok_gpu_node,
+    llamaservice_manifest,
+    require_tool,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -45,30 +53,16 @@ NODES = [f"lws-h100-{i}" for i in range(6)]
 
 
 def h100_node(name: str) -> dict[str, Any]:
-    """A kwok node with 8 H100s, labelled as the GPU Operator labels one."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": H100_PRODUCT,
-                "nvidia.com/gpu.count": "8",
-                "nvidia.com/mig.capable": "false",
-            },
+    """A kwok node with 8 H100s."""
+    return kwok_gpu_node(
+        name,
+        {
+            "nvidia.com/gpu.product": H100_PRODUCT,
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/mig.capable": "false",
         },
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {
-            "capacity": {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
-            "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
-        },
-    }
+        capacity={"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
+    )
 
 
 def rendered(namespace: str, replicas: int) -> dict[str, Any]:

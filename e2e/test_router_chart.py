@@ -4,13 +4,13 @@ arguments, and the optional NetworkPolicy."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
+from router_support import namespaces
 from support import Cluster, repo_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.beside_operators, pytest.mark.timeout(180)]
@@ -38,18 +38,8 @@ def render(cluster: Cluster, namespaces: dict[str, str], *extra: str) -> list[di
 
 @pytest.fixture(scope="module")
 def spaces(cluster: Cluster) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:6]
-    names = {
-        "release": f"rt-sys-{suffix}",
-        "a": f"rt-a-{suffix}",
-        "b": f"rt-b-{suffix}",
-        "gw": f"rt-gw-{suffix}",
-    }
-    for ns in names.values():
-        cluster.kubectl("create", "namespace", ns)
-    yield names
-    for ns in names.values():
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    with namespaces(cluster, release="rt-sys", a="rt-a", b="rt-b", gw="rt-gw") as names:
+        yield names
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ import pytest
 from router_support import RecordingUpstream, Reply, RouterProcess, call, client_pod, namespaces, on_loopback
 from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+# Both tests run with the module's operator (it makes the pods and slices the router follows).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400), pytest.mark.usefixtures("tenancy_operator")]
 
 ACTIVATION_REQUESTED = "llama-operator.dev/activation-requested-at"
 
@@ -98,7 +99,6 @@ def ready_endpoints(cluster: Cluster, name: str, namespace: str) -> bool:
 def test_requests_reach_only_the_callers_namespace(
     cluster: Cluster,
     spaces: dict[str, str],
-    tenancy_operator: OperatorProcess,
     router: RouterProcess,
     upstream: RecordingUpstream,
 ) -> None:
@@ -183,7 +183,6 @@ def test_requests_reach_only_the_callers_namespace(
 def test_hand_made_endpoint_slices_attract_nothing(
     cluster: Cluster,
     spaces: dict[str, str],
-    tenancy_operator: OperatorProcess,
     router: RouterProcess,
     upstream: RecordingUpstream,
 ) -> None:

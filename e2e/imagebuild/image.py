@@ -15,17 +15,9 @@ import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from localcluster import util
 from localcluster.config import REPO_ROOT, cache_dir
-from localcluster.util import (
-    ClusterError,
-    apt_install,
-    file_lock,
-    fmt_duration,
-    may_build,
-    run,
-    run_logged,
-    say,
-)
+from localcluster.util import ClusterError, apt_install, file_lock, fmt_duration, run, run_logged, say
 
 IMAGE_DIR = REPO_ROOT / "images" / "operator"
 DOCKERFILE = IMAGE_DIR / "Dockerfile"
@@ -85,7 +77,7 @@ def wheelhouse() -> Path:
     house.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--only-binary=:all:"]
     for lock in wheelhouse_missing(house):
-        may_build(f"the image's wheels locked in {lock.name}")
+        util.may_build(f"the image's wheels locked in {lock.name}")
         run([*pip, "-d", str(house), "-r", str(lock)], env={**os.environ, "PIP_FIND_LINKS": ""})
     return house
 
@@ -142,7 +134,7 @@ def ensure_base(refresh: bool = False) -> Base:
     name = f"localhost/{IMAGE_NAME}-base:{DEBIAN_SUITE}-{key}"
     with file_lock(cache_dir() / "locks" / "image-base.lock", "image base"):
         if refresh or not rootfs.exists() or not packages_file.exists():
-            may_build(f"the image's Debian base {rootfs}")
+            util.may_build(f"the image's Debian base {rootfs}")
             cache.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             tmp = rootfs.with_name(f".tmp{os.getpid()}-{rootfs.name}")  # mmdebstrap: a tar by its suffix
@@ -388,42 +380,28 @@ def _locked(path: Path) -> list[tuple[str, str, list[str]]]:
     return entries
 
 
+def component(kind: str, name: str, version: str, purl: str, **more: object) -> dict[str, object]:
+    """A CycloneDX component, referred to by its package URL."""
+    return {"type": kind, "bom-ref": purl, "name": name, "version": version, "purl": purl, **more}
+
+
 def cyclonedx(version: str, base: Base, built_id: str) -> dict[str, object]:
     """CycloneDX 1.5 JSON: the image, its Python packages (the lockfile's pins and hashes) and the base's
     Debian packages (dpkg's status), each with a package URL."""
-    components: list[dict[str, object]] = [
-        {
-            "type": "application",
-            "bom-ref": f"pkg:pypi/llama-operator@{version}",
-            "name": "llama-operator",
-            "version": version,
-            "purl": f"pkg:pypi/llama-operator@{version}",
-        }
-    ]
+    components = [component("application", "llama-operator", version, f"pkg:pypi/llama-operator@{version}")]
     for name, pinned, hashes in _locked(IMAGE_DIR / "requirements.lock"):
-        purl = f"pkg:pypi/{name}@{pinned}"
         components.append(
-            {
-                "type": "library",
-                "bom-ref": purl,
-                "name": name,
-                "version": pinned,
-                "purl": purl,
-                "hashes": [{"alg": "SHA-256", "content": h} for h in hashes],
-            }
+            component(
+                "library",
+                name,
+                pinned,
+                f"pkg:pypi/{name}@{pinned}",
+                hashes=[{"alg": "SHA-256", "content": h} for h in hashes],
+            )
         )
     for name, pinned, arch in base.packages:
         purl = f"pkg:deb/debian/{name}@{pinned}?arch={arch}&distro=debian-12"
-        components.append(
-            {
-                "type": "library",
-                "bom-ref": purl,
-                "name": name,
-                "version": pinned,
-                "purl": purl,
-                "group": "debian",
-            }
-        )
+        components.append(component("library", name, pinned, purl, group="debian"))
     epoch = int(git("log", "-1", "--format=%ct") or time.time())
     return {
         "bomFormat": "CycloneDX",

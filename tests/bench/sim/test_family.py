@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from llama_bench.sim.bench import BenchRow
-from llama_bench.sim.commands import register
 from llama_bench.sim.family import (
     RobustnessTargets,
     TraceOutcome,
@@ -28,13 +26,7 @@ from llama_bench.sim.scenario import Scenario, ScenarioRunner
 from llama_bench.sim.trace import Trace, TraceRequest
 from llama_bench.sim.tracegen import family, generate, reseeded, shape_of
 
-
-def call(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="llama-operator")
-    register(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+from .conftest import call
 
 
 def summary(
