@@ -22,8 +22,7 @@ from llama_bench.sim.tracegen import GENERATED_TRACES, generate, load_named
 from llama_bench.sim.zero import compare
 from llama_operator.autoscale.signals import Signals, SignalStatus
 
-from .conftest import synthetic_trace
-from .test_commands import call
+from .conftest import call, synthetic_trace
 
 COLD_START = 40.0
 
