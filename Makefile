@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status e2e test demo demo-down bench bench-family bench-holdout bench-draws frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status test-tools e2e test demo demo-down bench bench-family bench-holdout bench-draws frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -95,7 +95,12 @@ cluster-down:
 cluster-status:
 	bash e2e/cluster.sh status
 
-e2e: setup cluster-up
+# Every upstream tool a test runs (e2e/localcluster/tools.py), built before any test starts: tests never
+# build one (cold, a build outruns a test's timeout). Warm, under a second.
+test-tools:
+	bash e2e/cluster.sh binaries --for-tests
+
+e2e: setup cluster-up test-tools
 	$(VENV)/bin/pytest e2e
 
 # The whole suite as CI runs it: lint, unit, real vLLM, local cluster, end-to-end; the cluster is
