@@ -1,12 +1,12 @@
 """Every upstream tool a test runs, in one list: what the set-up step (`cluster.sh binaries --for-tests`, which
 `make test` runs before any test starts) builds or installs, and the only names a test may look up.
 
-A test looks a tool up with `require(name)` and never builds it: cold, a build takes minutes (Kubernetes 10-25,
-the endpoint picker about 2) and ran out the timeout of the test that started it, on a fresh machine only
-(the tests' conftests set NO_BUILDS_ENV, so any build a test still reaches fails at once, naming the set-up
-step). A tool a test needs goes here first; tests/test_tools_for_tests.py checks that every name a test looks up is
-listed, that no test calls a build, and that the set-up step, from an empty cache, plans to build every
-cached one.
+A test looks a tool up with `require(name)` and never builds it: cold, a build takes minutes (Kubernetes
+10-25, the endpoint picker about 2) and ran out the timeout of the test that started it, on a fresh machine
+only (the tests' conftests set NO_BUILDS_ENV, so any build a test still reaches fails at once, naming the
+set-up step). A tool a test needs goes here first; tests/test_tools_for_tests.py checks that every name a
+test looks up is listed, that no test calls a build, and that the set-up step, from an empty cache, plans to
+build every cached one.
 """
 
 from __future__ import annotations
@@ -126,17 +126,17 @@ def set_up(*, dry_run: bool = False) -> list[str]:
     missing = [tool for tool in TOOLS if not tool.is_built()]
     say(f"tools for tests: {len(TOOLS) - len(missing)} of {len(TOOLS)} built, cache {cache_paths().root}")
     for index, tool in enumerate(missing, 1):
+        step = f"tools for tests [{index}/{len(missing)}] {tool.name}"
+        verb = "build" if tool.cached else "install (apt)"
         if dry_run:
-            say(f"tools for tests [{index}/{len(missing)}] {tool.name}: would build {tool.path()}")
+            say(f"{step}: would {verb} {tool.path()}")
             continue
         if tool.is_built():  # built beside another (kubectl with helm, the three Kubernetes commands)
             continue
         started = time.monotonic()
-        say(f"tools for tests [{index}/{len(missing)}] {tool.name}: building {tool.path()}")
+        say(f"{step}: {verb} {tool.path()}")
         tool.build()
-        say(
-            f"tools for tests [{index}/{len(missing)}] {tool.name}: built in {fmt_duration(time.monotonic() - started)}"
-        )
+        say(f"{step}: done in {fmt_duration(time.monotonic() - started)}")
     if not dry_run:
         say(f"tools for tests: all {len(TOOLS)} built ({fmt_duration(time.monotonic() - t0)})")
     return [tool.name for tool in missing]
