@@ -52,6 +52,9 @@ def test_a_fleet_simulator_that_cannot_bind_stops_the_demo(cluster: Cluster, dem
     # CI once ran the demo while another process held the fleet port: the simulator exited at once, and the
     # load went to that process ("HTTP Error 400"), the demo reporting only that replicas never changed.
     with socket.socket() as holder:
+        # A fleet simulator an earlier test ran on this cluster leaves connections in TIME_WAIT on the port;
+        # without SO_REUSEADDR they refuse this bind for a minute (a listener still holding it does not).
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", cluster.info.fleet_port))
         holder.listen()
         code, output = demo_up(0, 30, timeout=300)
