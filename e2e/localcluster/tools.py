@@ -21,6 +21,7 @@ from localcluster.binaries import (
     KUBE_COMMANDS,
     ensure_endpoint_picker,
     ensure_etcd,
+    ensure_karpenter_kwok,
     ensure_kubectl_helm,
     ensure_kubernetes,
     ensure_kwok,
@@ -32,6 +33,7 @@ from localcluster.binaries import (
 from localcluster.config import (
     ETCD_VERSION,
     INFERENCE_EXTENSION_VERSION,
+    KARPENTER_VERSION,
     KUBERNETES_VERSION,
     KWOK_VERSION,
     LWS_VERSION,
@@ -91,6 +93,12 @@ TOOLS: tuple[Tool, ...] = (
     # LeaderWorkerSet's controller (e2e/test_multi_node_lws.py).
     Tool(
         "lws-controller", _binary("lws-controller", LWS_VERSION), lambda: ensure_lws_controller(cache_paths())
+    ),
+    # Karpenter with its kwok cloud provider: a real node provisioner for the local cluster.
+    Tool(
+        "karpenter-kwok",
+        _binary("karpenter-kwok", KARPENTER_VERSION),
+        lambda: ensure_karpenter_kwok(cache_paths()),
     ),
     # The release (e2e/test_release.py): `make release` builds the image with buildah on a Debian base made by
     # mmdebstrap, installs the locked wheels, pushes to a registry; install.md's mirror step copies with skopeo.
