@@ -172,6 +172,7 @@ SERVED_LOAD = {"default": {"rate": 0.2, "prompt_tokens": 500, "output_tokens": 5
 def l4_pool(pods: int) -> dict[str, Any]:
     """A kwok node that fits every autoscaled replica (they ask for an L4): what makes them run."""
     labels = {
+        "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-L4",
         "nvidia.com/gpu.memory": "23034",
         "nvidia.com/gpu.count": str(pods),

@@ -47,8 +47,8 @@ def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:
 def kwok_gpu_node(
     name: str, gpu_labels: dict[str, str], capacity: dict[str, str], allocatable: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """A kwok node with GPUs, labelled as the GPU Operator labels one (`gpu_labels`: its nvidia.com/ labels
-    beside gpu.present) and tainted as GPU nodes are."""
+    """A kwok node with GPUs, labelled with `gpu_labels` (as the GPU Operator or a cloud labels one) and
+    tainted as GPU nodes are."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -60,7 +60,6 @@ def kwok_gpu_node(
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
-                "nvidia.com/gpu.present": "true",
                 **gpu_labels,
             },
         },

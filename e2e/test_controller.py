@@ -176,6 +176,7 @@ def test_bounds_are_immediate_and_kubectl_scale_is_not_silent(
 NODE = kwok_gpu_node(
     "gpu-l4x8-e2e",
     {
+        "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-L4",
         "nvidia.com/gpu.memory": "23034",
         "nvidia.com/gpu.count": "8",

@@ -57,6 +57,7 @@ def h100_node(name: str) -> dict[str, Any]:
     return kwok_gpu_node(
         name,
         {
+            "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": H100_PRODUCT,
             "nvidia.com/gpu.count": "8",
             "nvidia.com/mig.capable": "false",

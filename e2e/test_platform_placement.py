@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llama_operator.catalog.platforms import PLATFORM_MARKERS
-from support import Cluster, OperatorProcess, eventually, llamaservice_manifest
+from support import Cluster, OperatorProcess, eventually, kwok_gpu_node, llamaservice_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -44,26 +44,7 @@ PLATFORM_NODES: dict[str, tuple[str, dict[str, str]]] = {
 
 
 def gpu_node(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-                **labels,
-            },
-        },
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {
-            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "1"},
-            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "1"},
-        },
-    }
+    return kwok_gpu_node(name, labels, {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "1"})
 
 
 @pytest.fixture

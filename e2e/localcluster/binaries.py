@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,14 +193,21 @@ def ensure_kubernetes(cache: CachePaths, version: str = KUBERNETES_VERSION) -> d
 def ensure_etcd(cache: CachePaths, version: str = ETCD_VERSION) -> Path:
     # server/v3 has replace directives, so `go install mod@ver` refuses it; a wrapper
     # module that requires it resolves its siblings (api, client, pkg) at the same tag.
-    return _build_in_wrapper(
-        cache,
-        "etcd",
-        version,
-        module="go.etcd.io/etcd/server/v3",
-        package="go.etcd.io/etcd/server/v3",
-        ldflags=f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}",
-    )
+    server, ldflags = "go.etcd.io/etcd/server/v3", f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}"
+    return _build_in_wrapper(cache, "etcd", version, module=server, package=server, ldflags=ldflags)
+
+
+def _once(cache: CachePaths, name: str, version: str, build: Callable[[Path, dict[str, str]], None]) -> Path:
+    """The cached binary `name` at `version`; when missing, `build(dest, go_env)` makes it, once, under a
+    lock (another process may be building it), never where builds are refused (util.may_build)."""
+    dest = cache.binary(name, version)
+    if dest.exists():
+        return dest
+    with file_lock(cache.locks / f"{name}-{version}.lock", f"{name} build"):
+        if not dest.exists():
+            may_build(f"{name} {version}")
+            build(dest, go_env(cache))
+    return dest
 
 
 def _build_in_wrapper(
@@ -207,14 +215,8 @@ def _build_in_wrapper(
 ) -> Path:
     """`go build` of `package` in a wrapper module that requires `module` at `version` (with its `go` line),
     installed in the cache as `name` at `version`: once, under a lock, logged, and timed."""
-    dest = cache.binary(name, version)
-    if dest.exists():
-        return dest
-    with file_lock(cache.locks / f"{name}-{version}.lock", f"{name} build"):
-        if dest.exists():
-            return dest
-        may_build(f"{name} {version}")
-        env = go_env(cache)
+
+    def build(dest: Path, env: dict[str, str]) -> None:
         src = cache.src / f"{name}-{version}"
         src.mkdir(parents=True, exist_ok=True)
         gomod = _download_gomod(module, version, src, env)
@@ -227,7 +229,8 @@ def _build_in_wrapper(
         _go_build(
             cache, name, version, src=src, env=env, ldflags=ldflags, packages=[package], binaries={name: dest}
         )
-    return dest
+
+    return _once(cache, name, version, build)
 
 
 def _go_build(
@@ -270,14 +273,8 @@ def _go_install(
 ) -> Path:
     """`go install` of a `cmd@version` from the module proxy into the cache as `name` at `version`:
     once, under a lock, logged, and timed."""
-    dest = cache.binary(name, version)
-    if dest.exists():
-        return dest
-    with file_lock(cache.locks / f"{name}-{version}.lock", f"{name} build"):
-        if dest.exists():
-            return dest
-        may_build(f"{name} {version}")
-        env = go_env(cache)
+
+    def build(dest: Path, env: dict[str, str]) -> None:
         gobin = Path(tempfile.mkdtemp(prefix=f"{name}-build-", dir=cache.root))
         env["GOBIN"] = str(gobin)
         env["GOFLAGS"] = "-buildvcs=false"  # -mod=mod is not allowed with pkg@version
@@ -304,7 +301,8 @@ def _go_install(
         finally:
             shutil.rmtree(gobin, ignore_errors=True)
         _record_timing(cache, f"{name}-{version}", time.monotonic() - t0)
-    return dest
+
+    return _once(cache, name, version, build)
 
 
 def ensure_kwok(cache: CachePaths, version: str = KWOK_VERSION) -> Path:
