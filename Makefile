@@ -98,7 +98,7 @@ cluster-status:
 # Every upstream tool a test runs (e2e/localcluster/tools.py), built before any test starts: tests never
 # build one (cold, a build outruns a test's timeout). Warm, under a second.
 test-tools:
-	bash e2e/cluster.sh binaries --for-tests
+	bash e2e/cluster.sh test-tools
 
 e2e: setup cluster-up test-tools
 	$(VENV)/bin/pytest e2e

@@ -6,7 +6,7 @@
 #   e2e/cluster.sh status
 #   e2e/cluster.sh down
 #   e2e/cluster.sh binaries            # only build/fetch what `up` needs
-#   e2e/cluster.sh test-tools          # the tools tests use (actionlint, lua5.4, shellcheck)
+#   e2e/cluster.sh test-tools          # every upstream tool a test runs (localcluster/tools.py)
 #
 # State (PIDs, logs, kubeconfig, env, cluster.json) lives in .cluster/ at the repo root;
 # binaries are cached in ${LLAMA_OPERATOR_CACHE:-$HOME/.cache/llama-operator}/bin.

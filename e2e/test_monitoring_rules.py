@@ -2,7 +2,7 @@
 synthetic series for each alert (firing and not), and the chart's PrometheusRule template rendering to
 exactly the rules tested here.
 
-promtool is built by the set-up step (`bash e2e/cluster.sh binaries --for-tests`; the same Prometheus version
+promtool is built by the set-up step (`bash e2e/cluster.sh test-tools`; the same Prometheus version
 as the local cluster's); without it these tests fail."""
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.config import KARPENTER_VERSION, CachePaths, cache_dir
 from support import (
     Cluster,
     OperatorProcess,
@@ -27,6 +26,7 @@ from support import (
     free_port,
     llamaservice_manifest,
     repo_root,
+    require_tool,
     wait_healthz,
 )
 
@@ -75,9 +75,7 @@ def karpenter_nodes(cluster: Cluster) -> list[dict[str, Any]]:
 def karpenter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Karpenter's CRDs, its kwok NodePool of L4s, and its controller as a process (the binary the set-up
     built: a test never builds it)."""
-    binary = CachePaths(cache_dir()).binary("karpenter-kwok", KARPENTER_VERSION)
-    if not binary.exists():
-        pytest.fail(f"{binary} is missing: `e2e/cluster.sh binaries` (or `up`) builds it before the tests")
+    binary = require_tool("karpenter-kwok")
     for file, _ in CRDS:
         cluster.kubectl(
             "apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "e2e" / "crds" / file)
@@ -106,9 +104,7 @@ def karpenter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
             command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
     try:
-        wait_healthz(
-            "karpenter", proc, f"http://127.0.0.1:{health}/healthz", lambda: log.read_text()[-3000:], 60
-        )
+        wait_healthz("karpenter", proc, f"http://127.0.0.1:{health}/healthz", log)
         yield log
         # The NodePool's nodes go with it (Karpenter drains and terminates them). A node still there after
         # that is deleted: kwok's nodes hold nothing.

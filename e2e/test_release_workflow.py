@@ -1,7 +1,7 @@
 """The release workflow (.github/workflows/release.yml) for the project's CI host: actionlint (with
 shellcheck on its scripts) finds nothing, it builds the image for amd64 and arm64 with an SBOM and signs it
 without a key, pushes the chart as an OCI artefact, and its version check passes on the versions this
-checkout holds and refuses any other tag. actionlint is built by the set-up (`e2e/cluster.sh test-tools`),
+checkout holds and refuses any other tag. actionlint is built by the set-up step (`e2e/cluster.sh test-tools`),
 never by this test."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.config import ACTIONLINT_VERSION, cache_paths
-from support import repo_root
+from support import repo_root, require_tool
 
 pytestmark = pytest.mark.beside_operators
 
@@ -24,13 +23,7 @@ WORKFLOW = repo_root() / ".github" / "workflows" / "release.yml"
 
 @pytest.fixture(scope="module")
 def actionlint() -> Path:
-    found = Path(os.environ.get("ACTIONLINT") or cache_paths().binary("actionlint", ACTIONLINT_VERSION))
-    if not found.is_file():
-        message = f"actionlint not found at {found}: run `bash e2e/cluster.sh test-tools`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return require_tool("actionlint")
 
 
 def lint(actionlint: Path, *files: Path) -> subprocess.CompletedProcess[str]:

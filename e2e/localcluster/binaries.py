@@ -513,21 +513,6 @@ def ensure_actionlint(cache: CachePaths, version: str = ACTIONLINT_VERSION) -> P
     )
 
 
-# Tools the tests use beside the cluster's binaries: Debian's packages (a program and its path) and
-# actionlint. Installed by the set-up (e2e/run-tests.sh: `python3 -m localcluster test-tools`), never by a
-# test: a test finds them or skips (fails in CI).
-TEST_TOOL_PACKAGES = (
-    ("lua5.4", Path("/usr/bin/lua5.4")),  # docs/install.md's Argo CD health check (tests/docs/)
-    ("shellcheck", Path("/usr/bin/shellcheck")),  # actionlint checks the workflows' run: scripts with it
-)
-
-
-def ensure_test_tools(cache: CachePaths) -> dict[str, Path]:
-    for package, probe in TEST_TOOL_PACKAGES:
-        apt_install(package, probe)
-    return {**dict(TEST_TOOL_PACKAGES), "actionlint": ensure_actionlint(cache)}
-
-
 def ensure_all(cache: CachePaths, only: set[str] | None = None) -> Binaries:
     """Everything, cheapest first so a broken registry shows up before the long build."""
     cache.root.mkdir(parents=True, exist_ok=True)

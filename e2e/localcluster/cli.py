@@ -6,7 +6,7 @@ import argparse
 import os
 
 from localcluster import tools
-from localcluster.binaries import ensure_all, ensure_test_tools
+from localcluster.binaries import ensure_all
 from localcluster.cluster import Cluster
 from localcluster.config import cache_paths, state_dir
 from localcluster.util import ClusterError, say
@@ -40,23 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("component", nargs="+", help="etcd, kube-apiserver, kwok, prometheus, ...")
     stop.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
     sub.add_parser("status", help="each component's PID, port and health; non-zero if any is down")
-    sub.add_parser("test-tools", help="install the tools the tests use (actionlint, lua5.4, shellcheck)")
+    tt = sub.add_parser(
+        "test-tools",
+        help="build or install every upstream tool any test runs (e2e/localcluster/tools.py): `make test` runs "
+        "this before the tests, which never build",
+    )
+    tt.add_argument("--dry-run", action="store_true", help="only list what is missing and would be built")
     b = sub.add_parser("binaries", help="only build/fetch the binaries (into the cache)")
     b.add_argument(
         "--only",
         nargs="*",
         choices=["prometheus", "promtool", "kubectl", "kwok", "etcd", "kubernetes", "karpenter"],
-    )
-    b.add_argument(
-        "--for-tests",
-        action="store_true",
-        help="every upstream tool any test runs (e2e/localcluster/tools.py), not only the cluster's: "
-        "`make test` runs this before the tests, which never build",
-    )
-    b.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="with --for-tests: only list what is missing and would be built",
     )
     return p
 
@@ -73,10 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             return Cluster(state_dir()).status()
         if args.command == "test-tools":
-            for tool, where in ensure_test_tools(cache_paths()).items():
-                print(f"{tool}: {where}")
-            return 0
-        if args.command == "binaries" and args.for_tests:
             tools.set_up(dry_run=args.dry_run)
             return 0
         if args.command == "binaries":

@@ -1,5 +1,5 @@
-"""Every upstream tool a test runs, in one list: what the set-up step (`cluster.sh binaries --for-tests`, which
-`make test` runs before any test starts) builds or installs, and the only names a test may look up.
+"""Every upstream tool a test runs, in one list: what the set-up step (`cluster.sh test-tools`, which `make
+test` runs before any test starts) builds or installs, and the only names a test may look up.
 
 A test looks a tool up with `require(name)` and never builds it: cold, a build takes minutes (Kubernetes
 10-25, the endpoint picker about 2) and ran out the timeout of the test that started it, on a fresh machine
@@ -19,6 +19,7 @@ from pathlib import Path
 from imagebuild import image
 from localcluster.binaries import (
     KUBE_COMMANDS,
+    ensure_actionlint,
     ensure_endpoint_picker,
     ensure_etcd,
     ensure_karpenter_kwok,
@@ -31,6 +32,7 @@ from localcluster.binaries import (
     ensure_registry,
 )
 from localcluster.config import (
+    ACTIONLINT_VERSION,
     ETCD_VERSION,
     INFERENCE_EXTENSION_VERSION,
     KARPENTER_VERSION,
@@ -113,6 +115,12 @@ TOOLS: tuple[Tool, ...] = (
         image.wheelhouse,
         built=lambda: not image.wheelhouse_missing(image.wheelhouse_dir()),
     ),
+    # The release workflow's linter (e2e/test_release_workflow.py) and the shell checker it runs on the
+    # workflows' scripts.
+    Tool("actionlint", _binary("actionlint", ACTIONLINT_VERSION), lambda: ensure_actionlint(cache_paths())),
+    _debian("shellcheck"),
+    # docs/install.md's Argo CD health check, run by tests/docs/test_argocd_health.py.
+    _debian("lua5.4"),
 )
 TOOL_NAMES = tuple(tool.name for tool in TOOLS)
 _BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -313,7 +313,7 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
 # only on a fresh machine. The test suites' conftests set this variable; every build and install below checks
 # it where it would start, and names the set-up step that builds them all before any test starts.
 NO_BUILDS_ENV = "LLAMA_OPERATOR_NO_BUILDS"
-SETUP_COMMAND = "bash e2e/cluster.sh binaries --for-tests"
+SETUP_COMMAND = "bash e2e/cluster.sh test-tools"
 
 
 def may_build(what: str) -> None:
