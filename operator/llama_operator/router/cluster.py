@@ -206,6 +206,20 @@ class ClusterView:
                     out[f"[{address}]:{port}" if ":" in address else f"{address}:{port}"] = pod_name
             return out
 
+    def service_of_endpoint(self, endpoint: str) -> ServiceKey | None:
+        """The LlamaService whose ready vLLM pod `endpoint` (host:port) is, else None."""
+        host = endpoint.rsplit(":", 1)[0].strip("[]")
+        with self.lock:
+            keys = [
+                (pod.namespace, pod.service)
+                for k in self.pods_by_ip.get(host, ())
+                if (pod := self.pods.get(k)) is not None and pod.service is not None and not pod.host_network
+            ]
+        if len(keys) != 1:
+            return None
+        key = keys[0]
+        return key if endpoint in self.endpoint_pods(key) else None
+
     def service(self, key: ServiceKey) -> ServiceInfo | None:
         with self.lock:
             return self.services.get(key)

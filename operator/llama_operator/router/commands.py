@@ -67,6 +67,7 @@ def cmd_router(args: argparse.Namespace) -> int:
                 trusted_sources=frozenset(_split(args.trusted_source)),
                 drain_seconds=args.drain_seconds,
                 load_scrape_seconds=args.load_scrape_seconds,
+                ext_proc_port=args.ext_proc_port,
             )
         )
     return 0
@@ -78,6 +79,13 @@ def _add_listening_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--admin-port", type=int, default=9090, help="port of /metrics, /healthz and /readyz")
     p.add_argument("--listen-address", default="0.0.0.0", help="address to listen on")
+    p.add_argument(
+        "--ext-proc-port",
+        type=int,
+        default=0,
+        help="serve the endpoint picker of InferencePools (Envoy ext_proc, gRPC) to trusted gateways on this "
+        "port (0: not served)",
+    )
 
 
 def _add_tenancy_args(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.router.budget import Budgets, Claim
 from llama_operator.router.cluster import ClusterView
+from llama_operator.router.ext_proc import EndpointPicker, start_ext_proc, stop_ext_proc
 from llama_operator.router.hold import Holding
 from llama_operator.router.intake import RejectedError, caller_of, error, read_body, source_address
 from llama_operator.router.load import PodLoad
@@ -106,6 +107,22 @@ class Router:
         if self.active:
             return []
         return [*self.budgets.in_use(), *self.load.in_use()]
+
+    def endpoint_picker(self) -> EndpointPicker:
+        """The same picker, budgets and holds, served to gateways over the endpoint-picker protocol."""
+        return EndpointPicker(
+            view=self.view,
+            holding=self.holding,
+            upstream=self.upstream,
+            load=self.load,
+            budgets=self.budgets,
+            limits=self.limits,
+            metrics=self.metrics,
+            trusted_namespaces=self.trusted_namespaces,
+            trusted_sources=self.trusted_sources,
+            counted=self._counted,
+            on_hold=self._held_gauge,
+        )
 
     def caller(self, request: web.Request) -> Caller:
         return caller_of(
@@ -323,8 +340,10 @@ async def serve(
     trusted_sources: frozenset[str] = frozenset(),
     drain_seconds: float = 45.0,
     load_scrape_seconds: float = 2.0,
+    ext_proc_port: int = 0,
 ) -> None:
-    """Run until SIGTERM or SIGINT, then drain."""
+    """Run until SIGTERM or SIGINT, then drain. `ext_proc_port`: where gateways reach it as their endpoint
+    picker (0: not served)."""
     view = ClusterView(
         namespaces, own_namespace=own_namespace, identity=identity, trusted_namespaces=trusted_namespaces
     )
@@ -344,6 +363,15 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    picker = None
+    if ext_proc_port:
+        picker = await start_ext_proc(
+            router.endpoint_picker(),
+            address,
+            ext_proc_port,
+            lambda: router.view.ready and router.draining_until is None,
+        )
+        log.info("router: endpoint picker (ext_proc) on %s:%d", address, picker[1])
     try:
         async with listening(router, address, port, admin_port, drain_seconds=drain_seconds):
             log.info("router: proxy on %s:%d, metrics and probes on :%d", address, port, admin_port)
@@ -352,5 +380,7 @@ async def serve(
             # held and streaming requests finish within the drain time.
             log.info("router: stopping; draining %d requests for up to %.0fs", router.active, drain_seconds)
     finally:
+        if picker is not None:
+            await stop_ext_proc(picker[0], picker[2], drain_seconds)
         view.stop()
         await router.close()

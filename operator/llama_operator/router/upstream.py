@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -40,6 +40,18 @@ class Request:
     adapter: str | None
     held_since: float | None  # when it was first held (None: forwarded at once)
     received: float | None  # when it arrived, to time the router's overhead (None: it was held)
+
+
+class Picking(Protocol):
+    """What the picker needs of a request (a routed HTTP request, or one an endpoint-picker stream asks
+    about)."""
+
+    @property
+    def key(self) -> ServiceKey: ...
+    @property
+    def affinity(self) -> int | None: ...
+    @property
+    def adapter(self) -> str | None: ...
 
 
 @dataclass
@@ -97,7 +109,7 @@ class Upstream:
         tries = Tries(time.monotonic() + self.connect_retry_seconds)
         prompt_tokens = prompt_tokens_estimate(req.body.parsed) if req.body.parsed is not None else 0
         while True:
-            endpoint = self._choose(req, service, tries, prompt_tokens)
+            endpoint = self.choose(req, service, tries, prompt_tokens)
             if endpoint is None:
                 return None
             answer = await self._send(req, endpoint, prompt_tokens)
@@ -112,10 +124,19 @@ class Upstream:
                 tries.refused.clear()
                 await asyncio.sleep(REFUSED_PAUSE_SECONDS)
 
-    def _choose(
-        self, req: Request, service: ServiceInfo | None, tries: Tries, prompt_tokens: int
+    def choose(
+        self,
+        req: Picking,
+        service: ServiceInfo | None,
+        tries: Tries,
+        prompt_tokens: int,
+        within: Collection[str] | None = None,
     ) -> str | None:
-        ready = self.view.endpoints(req.key)
+        """The pod for one request among the service's ready ones (only those `within`, when given: the
+        endpoint picker's subset); None when there is none."""
+        ready = [ep for ep in self.view.endpoints(req.key) if within is None or ep in within]
+        if not ready:
+            return None
         endpoints = [ep for ep in ready if ep not in tries.refused] or ready
         if req.adapter is not None and service is not None:
             endpoints = self._adapter_candidates(

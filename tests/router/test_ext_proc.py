@@ -1,0 +1,241 @@
+"""The router as an InferencePool's endpoint picker (issue 45): a real gRPC client speaks Envoy ext_proc to
+the router's picker in-process, as a gateway does (FULL_DUPLEX_STREAMED: headers, then the body, then the
+answer; the response passed through), and gets the pod that holds the prompt's prefix, within the subset
+the gateway names, never another namespace's pod whatever the request's headers; a service at zero is held
+until it wakes; a namespace at its share is refused with 429; every budget comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+
+from llama_operator.router import ext_proc_wire as wire
+from llama_operator.router.ext_proc import start_ext_proc, stop_ext_proc
+from llama_operator.router.routing import Limits, ServiceKey
+from llama_operator.router.server import Router
+from tests.router.test_proxy import KEY, SECRET, FakeView
+
+PODS_A = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
+PODS_B = ["10.0.1.1:8000"]
+
+
+class PoolView(FakeView):
+    """Team-a's service with three ready pods, team-b's with one."""
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        super().__init__(timeout)
+        self.ready[KEY] = list(PODS_A)
+        self.ready[SECRET] = list(PODS_B)
+
+    def service_of_endpoint(self, endpoint: str) -> ServiceKey | None:
+        return next((key for key, eps in self.ready.items() if endpoint in eps), None)
+
+
+@asynccontextmanager
+async def picker(
+    view: FakeView, limits: Limits | None = None, trusted: frozenset[str] = frozenset({"127.0.0.1"})
+) -> AsyncIterator[tuple[grpc.aio.Channel, Router]]:
+    router = Router(view, demand_interval_seconds=0.2, limits=limits, trusted_sources=trusted)  # type: ignore[arg-type]
+    view.changed = router.notify
+    await router.start()
+    server, port, health = await start_ext_proc(router.endpoint_picker(), "127.0.0.1", 0, lambda: True)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel, router
+    finally:
+        await stop_ext_proc(server, health, 0)
+        await router.close()
+
+
+def chat(conversation: str, model: str = "chat-model") -> bytes:
+    system = "You are a helpful assistant. " * 20
+    return json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": conversation}],
+        }
+    ).encode()
+
+
+async def ask(
+    channel: grpc.aio.Channel,
+    body: bytes,
+    *,
+    headers: dict[str, str] | None = None,
+    subset: Sequence[str] | None = None,
+    response: bytes = b'data: {"i": 0}\n\ndata: [DONE]\n\n',
+) -> list[wire.Answer]:
+    """One request through the picker as a gateway sends it; the answers, in order (the stream stops at an
+    immediate response)."""
+    sent = [
+        wire.request_headers(
+            {":method": "POST", ":path": "/v1/chat/completions", **(headers or {})}, end=False, subset=subset
+        ),
+        wire.request_body(body[: len(body) // 2], end=False),
+        wire.request_body(body[len(body) // 2 :], end=True),
+    ]
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for message in sent:
+        queue.put_nowait(message)
+
+    async def requests() -> AsyncIterator[Any]:
+        while True:
+            message = await queue.get()
+            if message is None:
+                return
+            yield message
+
+    answers: list[wire.Answer] = []
+    call = wire.process_stream(channel)(requests())
+    async for raw in call:
+        answer = wire.read_answer(raw)
+        answers.append(answer)
+        if answer.phase == "immediate_response":
+            queue.put_nowait(None)
+        elif answer.phase == "request_body" and answer.end_of_stream:
+            # The gateway sends the request to the pod and relays its response through the picker.
+            queue.put_nowait(wire.response_headers(200))
+            queue.put_nowait(wire.response_body(response, end=True))
+        elif answer.phase == "response_body" and answer.end_of_stream:
+            queue.put_nowait(None)
+    return answers
+
+
+def destination(answers: list[wire.Answer]) -> str:
+    first = answers[0]
+    assert first.phase == "request_headers", answers
+    assert first.destination == first.metadata_destination, "header and metadata name the same endpoint"
+    assert first.destination is not None
+    return first.destination
+
+
+def test_requests_land_on_the_pod_of_their_prefix_and_the_body_and_response_pass_unchanged() -> None:
+    async def scenario() -> None:
+        async with picker(PoolView()) as (channel, router):
+            body = chat("conversation one: tell me about ext_proc")
+            answers = await ask(channel, body, subset=PODS_A)
+            assert b"".join(a.body for a in answers if a.phase == "request_body") == body
+            assert [a.phase for a in answers] == [
+                "request_headers",
+                "request_body",
+                "response_headers",
+                "response_body",
+            ]
+            assert answers[-1].body.startswith(b"data:") and answers[-1].end_of_stream
+            pods = {destination(await ask(channel, body, subset=PODS_A)) for _ in range(6)}
+            assert pods == {destination(answers)}, "the same prefix, the same pod"
+            spread = {
+                destination(await ask(channel, chat(f"conversation {i}"), subset=PODS_A)) for i in range(24)
+            }
+            assert len(spread) >= 2, "other conversations spread over the pool"
+            assert router.stuck() == [], "every budget and in-flight count given back"
+
+    asyncio.run(scenario())
+
+
+def test_a_pool_never_gets_another_namespaces_pod_whatever_its_headers() -> None:
+    async def scenario() -> None:
+        async with picker(PoolView()) as (channel, _router):
+            hostile = [
+                {"x-llamaservice": "team-b/secret"},
+                {"host": "secret.team-b", ":authority": "secret.team-b.svc.cluster.local"},
+                {"x-llamaservice-namespace": "team-b"},
+                {"x-gateway-destination-endpoint": PODS_B[0]},
+            ]
+            for headers in hostile:
+                for i in range(5):
+                    answers = await ask(channel, chat(f"c{i}"), headers=headers, subset=PODS_A)
+                    assert destination(answers) in PODS_A, (headers, answers[0])
+            # A subset across two namespaces' services, or of addresses that are no pod: 503, no pod.
+            for subset in ([PODS_A[0], PODS_B[0]], ["10.9.9.9:8000"], []):
+                (answer,) = await ask(channel, chat("x"), subset=subset)
+                assert answer.phase == "immediate_response" and answer.status == 503, answer
+            # Without a subset the trusted gateway names the service: team-b's own pool goes to team-b.
+            answers = await ask(channel, chat("x"), headers={"x-llamaservice": "team-b/secret"})
+            assert destination(answers) in PODS_B
+
+    asyncio.run(scenario())
+
+
+def test_only_a_trusted_gateway_may_ask() -> None:
+    async def scenario() -> None:
+        async with picker(PoolView(), trusted=frozenset()) as (channel, router):
+            (answer,) = await ask(channel, chat("x"), subset=PODS_A)  # 127.0.0.1: a team-a pod, not a gateway
+            assert answer.phase == "immediate_response" and answer.status == 403, answer
+            assert router.stuck() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_service_at_zero_is_held_until_it_wakes_then_picked() -> None:
+    async def scenario() -> None:
+        view = PoolView()
+        view.ready[KEY] = []
+        async with picker(view) as (channel, router):
+            asked = asyncio.create_task(ask(channel, chat("wake"), headers={"x-llamaservice": "team-a/chat"}))
+            await asyncio.sleep(0.5)
+            assert not asked.done() and router.budgets.total_held() == 1
+            assert view.demands and view.demands[0][0] == KEY, "the demand reported: the operator wakes it"
+            view.turn_ready(KEY, PODS_A[1])
+            assert destination(await asked) == PODS_A[1]
+            assert router.stuck() == []
+
+    asyncio.run(scenario())
+
+
+def test_refusals_answer_the_gateway_and_give_every_budget_back() -> None:
+    async def scenario() -> None:
+        limits = Limits(max_body_bytes=4096, max_json_depth=8, max_streams=4, namespace_share=0.5)
+        async with picker(PoolView(), limits) as (channel, router):
+            (answer,) = await ask(channel, b"[" * 20 + b"]" * 20, subset=PODS_A)
+            assert answer.status == 400 and b"8 levels" in answer.body, answer
+            (answer,) = await ask(channel, chat("x" * 5000), subset=PODS_A)
+            assert answer.status == 413, answer
+            # Team-a at its share of streams (2 of 4): the third open stream is refused with 429.
+            slow: list[asyncio.Task[list[wire.Answer]]] = []
+            release = asyncio.Event()
+
+            async def held_open() -> list[wire.Answer]:
+                sent: asyncio.Queue[Any] = asyncio.Queue()
+                for message in (
+                    wire.request_headers({}, end=False, subset=PODS_A),
+                    wire.request_body(chat("y"), end=True),
+                ):
+                    sent.put_nowait(message)
+
+                async def requests() -> AsyncIterator[Any]:
+                    while (message := await sent.get()) is not None:
+                        yield message
+
+                answers = []
+                async for raw in wire.process_stream(channel)(requests()):
+                    answers.append(wire.read_answer(raw))
+                    if answers[-1].phase == "request_body":
+                        await release.wait()
+                        sent.put_nowait(None)
+                return answers
+
+            slow = [asyncio.create_task(held_open()) for _ in range(2)]
+            await asyncio.sleep(0.5)
+            (answer,) = await ask(channel, chat("z"), subset=PODS_A)
+            assert answer.status == 429 and answer.headers.get("retry-after"), answer
+            answers = await ask(channel, chat("z"), subset=PODS_B)
+            assert destination(answers) in PODS_B, "team-b is served beside team-a at its share"
+            release.set()
+            await asyncio.gather(*slow)
+            await asyncio.sleep(0.1)
+            assert router.stuck() == [], router.stuck()
+
+    asyncio.run(scenario())
+
+
+def test_the_peer_address_of_a_grpc_caller() -> None:
+    assert wire.peer_address("ipv4:10.1.2.3:5000") == "10.1.2.3"
+    assert wire.peer_address("ipv6:[::1]:5000") == "::1"
+    assert wire.peer_address("ipv6:[::ffff:10.1.2.3]:5000") == "10.1.2.3"
+    assert wire.peer_address("unix:/tmp/socket") == ""
