@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -62,56 +62,13 @@ def chat(conversation: str, model: str = "chat-model") -> bytes:
     ).encode()
 
 
-async def ask(
-    channel: grpc.aio.Channel,
-    body: bytes,
-    *,
-    headers: dict[str, str] | None = None,
-    subset: Sequence[str] | None = None,
-    response: bytes = b'data: {"i": 0}\n\ndata: [DONE]\n\n',
-) -> list[wire.Answer]:
-    """One request through the picker as a gateway sends it; the answers, in order (the stream stops at an
-    immediate response)."""
-    sent = [
-        wire.request_headers(
-            {":method": "POST", ":path": "/v1/chat/completions", **(headers or {})}, end=False, subset=subset
-        ),
-        wire.request_body(body[: len(body) // 2], end=False),
-        wire.request_body(body[len(body) // 2 :], end=True),
-    ]
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    for message in sent:
-        queue.put_nowait(message)
-
-    async def requests() -> AsyncIterator[Any]:
-        while True:
-            message = await queue.get()
-            if message is None:
-                return
-            yield message
-
-    answers: list[wire.Answer] = []
-    call = wire.process_stream(channel)(requests())
-    async for raw in call:
-        answer = wire.read_answer(raw)
-        answers.append(answer)
-        if answer.phase == "immediate_response":
-            queue.put_nowait(None)
-        elif answer.phase == "request_body" and answer.end_of_stream:
-            # The gateway sends the request to the pod and relays its response through the picker.
-            queue.put_nowait(wire.response_headers(200))
-            queue.put_nowait(wire.response_body(response, end=True))
-        elif answer.phase == "response_body" and answer.end_of_stream:
-            queue.put_nowait(None)
-    return answers
+ask = wire.ask_picker
 
 
 def destination(answers: list[wire.Answer]) -> str:
-    first = answers[0]
-    assert first.phase == "request_headers", answers
-    assert first.destination == first.metadata_destination, "header and metadata name the same endpoint"
-    assert first.destination is not None
-    return first.destination
+    chosen = wire.destination(answers)
+    assert chosen is not None, answers
+    return chosen
 
 
 def test_requests_land_on_the_pod_of_their_prefix_and_the_body_and_response_pass_unchanged() -> None:

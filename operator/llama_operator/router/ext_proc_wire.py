@@ -12,6 +12,7 @@ then sent back as streamed chunks (as the extension's own picker does, at most 6
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -266,3 +267,51 @@ def process_stream(channel: grpc.aio.Channel) -> Callable[[AsyncIterator[Any]], 
     stub = pb_grpc.ExternalProcessorStub(channel)
     call: Callable[[AsyncIterator[Any]], AsyncIterator[Any]] = stub.Process
     return call
+
+
+async def ask_picker(
+    channel: grpc.aio.Channel,
+    body: bytes,
+    *,
+    headers: Mapping[str, str] | None = None,
+    subset: Sequence[str] | None = None,
+    response: bytes = b'data: {"i": 0}\n\ndata: [DONE]\n\n',
+) -> list[Answer]:
+    """One request through the picker as a gateway in FULL_DUPLEX_STREAMED mode sends it (headers, then
+    the body in two chunks; once answered, the response's headers and body relayed through it); the
+    answers in order, up to an immediate response or the end of the response body."""
+    sent: asyncio.Queue[Any] = asyncio.Queue()
+    for message in (
+        request_headers(
+            {":method": "POST", ":path": "/v1/chat/completions", **(headers or {})}, end=False, subset=subset
+        ),
+        request_body(body[: len(body) // 2], end=False),
+        request_body(body[len(body) // 2 :], end=True),
+    ):
+        sent.put_nowait(message)
+
+    async def requests() -> AsyncIterator[Any]:
+        while (message := await sent.get()) is not None:
+            yield message
+
+    answers: list[Answer] = []
+    async for raw in process_stream(channel)(requests()):
+        answer = read_answer(raw)
+        answers.append(answer)
+        if answer.phase == "immediate_response" or (answer.phase == "response_body" and answer.end_of_stream):
+            sent.put_nowait(None)
+        elif answer.phase == "request_body" and answer.end_of_stream:
+            # The gateway sends the request to the pod, and relays its response through the picker.
+            sent.put_nowait(response_headers(200))
+            sent.put_nowait(response_body(response, end=True))
+    return answers
+
+
+def destination(answers: Sequence[Answer]) -> str | None:
+    """The endpoint the picker chose (None: it refused); the header and the metadata must agree."""
+    first = answers[0] if answers else None
+    if first is None or first.phase != "request_headers":
+        return None
+    if first.destination != first.metadata_destination:
+        raise ValueError(f"header {first.destination} and metadata {first.metadata_destination} differ")
+    return first.destination
