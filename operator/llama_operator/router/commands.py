@@ -158,6 +158,18 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
         "--body-timeout", type=float, default=defaults.body_timeout_seconds, help="seconds to receive a body"
     )
     p.add_argument(
+        "--upstream-idle-timeout",
+        type=float,
+        default=defaults.upstream_idle_seconds,
+        help="seconds an upstream may send nothing (its response, or the next byte of a stream) before it is "
+        "given up (504 before the response started)",
+    )
+
+
+def _add_share_args(p: argparse.ArgumentParser) -> None:
+    """The streams in total, and each namespace's fair share of the replica's totals."""
+    defaults = Limits()
+    p.add_argument(
         "--max-streams", type=int, default=defaults.max_streams, help="requests forwarded at once, in total"
     )
     p.add_argument(
@@ -171,13 +183,6 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NS=SHARE",
         help="a namespace's own share instead of --namespace-share (repeatable)",
-    )
-    p.add_argument(
-        "--upstream-idle-timeout",
-        type=float,
-        default=defaults.upstream_idle_seconds,
-        help="seconds an upstream may send nothing (its response, or the next byte of a stream) before it is "
-        "given up (504 before the response started)",
     )
 
 
@@ -212,6 +217,7 @@ def register_router_command(sub: Any) -> None:
     _add_listening_args(p)
     _add_tenancy_args(p)
     _add_limit_args(p)
+    _add_share_args(p)
     _add_timing_args(p)
     # Tests and the local cluster: kwok pods serve no HTTP, so a local vLLM stands in for every pod (the
     # pods' readiness still decides when a held request goes).
