@@ -106,10 +106,15 @@ def karpenter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         wait_healthz("karpenter", proc, f"http://127.0.0.1:{health}/healthz", log)
         yield log
-        # The NodePool's nodes go with it (Karpenter drains and terminates them). A node still there after
-        # that is deleted: kwok's nodes hold nothing.
+        # The NodePool's NodeClaims go with it (Karpenter drains and terminates their nodes). The kwok
+        # provider creates a node after its launch returns: one launched as the NodePool went can outlive its
+        # NodeClaim, and is deleted below (kwok's nodes hold nothing).
         cluster.kubectl("delete", "nodepool", NODEPOOL, "--wait=false", check=False)
-        eventually("the NodePool's nodes removed", lambda: not karpenter_nodes(cluster) or None, 180)
+        eventually(
+            "the NodePool's NodeClaims removed",
+            lambda: not cluster.kubectl("get", "nodeclaims", "-o", "name").stdout.split() or None,
+            180,
+        )
     finally:
         proc.terminate()
         try:
@@ -153,24 +158,33 @@ def ready_pods(cluster: Cluster, name: str, namespace: str, count: int) -> list[
     return ready if len(ready) == count == len(pods) else None
 
 
-def apply_to_ready(cluster: Cluster, body: dict[str, Any], namespace: str) -> tuple[float, list[str]]:
-    """Seconds from `kubectl apply` to the LlamaService's Ready condition, and the notes of the first plan
-    seen (made before any node was created for it: the operator re-plans once the node is there)."""
+def apply_to_ready(
+    cluster: Cluster, body: dict[str, Any], namespace: str
+) -> tuple[float, list[str], set[tuple[str, str]]]:
+    """Seconds from `kubectl apply` to the LlamaService's Ready condition, the notes of the first plan seen
+    (made before any node was created for it: the operator re-plans once the node is there), and the
+    (phase, Schedulable reason) pairs seen on the way."""
     t0 = time.monotonic()
     assert cluster.apply(body, namespace).returncode == 0
     name = body["metadata"]["name"]
     first_notes: list[str] = []
+    seen: set[tuple[str, str]] = set()
 
     def ready() -> bool | None:
         service = cluster.llamaservice(name, namespace) or {}
-        plan = (service.get("status") or {}).get("plan")
+        status = service.get("status") or {}
+        plan = status.get("plan")
         if plan and not first_notes:
             first_notes.extend(plan.get("notes") or [])
+        schedulable: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c["type"] == "Schedulable"), {}
+        )
+        seen.add((str(status.get("phase")), str(schedulable.get("reason"))))
         cond = cluster.condition(name, namespace, "Ready")
         return True if cond is not None and cond["status"] == "True" else None
 
     eventually(f"{name} Ready", ready, 180, interval=0.2)
-    return time.monotonic() - t0, first_notes
+    return time.monotonic() - t0, first_notes, seen
 
 
 def test_a_service_on_a_gpu_with_no_node_gets_one_created_scales_out_and_back(
@@ -178,7 +192,10 @@ def test_a_service_on_a_gpu_with_no_node_gets_one_created_scales_out_and_back(
 ) -> None:
     assert karpenter_nodes(cluster) == []
     body = llamaservice_manifest("cold", accelerator={"type": "auto"}, replicas=1)
-    cold, notes = apply_to_ready(cluster, body, namespace)
+    cold, notes, seen = apply_to_ready(cluster, body, namespace)
+    # While its node was being created the replica was loading, not missing: never Degraded.
+
+    assert not any(phase == "Degraded" for phase, _ in seen), seen
 
     status = (cluster.llamaservice("cold", namespace) or {})["status"]
     assert status["plan"]["accelerator"] == "l4", status["plan"]
@@ -236,7 +253,7 @@ def test_a_service_on_a_gpu_with_no_node_gets_one_created_scales_out_and_back(
     node["status"]["allocatable"].update({"cpu": "8", "memory": "32Gi"})
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(node))
     try:
-        warm, _ = apply_to_ready(
+        warm, _, _ = apply_to_ready(
             cluster, llamaservice_manifest("warm", accelerator={"type": "auto"}, replicas=1), namespace
         )
         [warm_pod] = ready_pods(cluster, "warm", namespace, 1) or []

@@ -225,3 +225,75 @@ def test_a_refused_spec_leaves_the_urls_as_they_were() -> None:
         body(accelerator={"type": "no-such-gpu"}), Settings(), inventory=None, pod_monitor=False, now=NOW
     )
     assert "url" not in outcome.status_patch and "routerUrl" not in outcome.status_patch
+
+
+def _nodeclaim(name: str, gpu_name: str, *, initialized: bool = False) -> dict[str, Any]:
+    """A Karpenter NodeClaim as the operator indexes it (handlers/indexes.py nodeclaim_facts)."""
+    return {
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "gpu-l4"}, "deletionTimestamp": None},
+        "spec": {
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": [gpu_name]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g6.2xlarge"]},
+            ]
+        },
+        "initialized": initialized,
+    }
+
+
+WAITING_FOR_AN_L4 = {
+    **UNSCHEDULABLE_POD,
+    "spec": {"nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "l4"}},
+}
+
+
+def test_a_replica_waiting_for_a_node_being_created_is_loading_not_degraded() -> None:
+    status = rollout_status(
+        None,
+        deployment(1, 0, 1),
+        [WAITING_FOR_AN_L4],
+        generation=3,
+        now=NOW,
+        nodeclaims=[_nodeclaim("gpu-l4-abcde", "l4")],
+    )
+    assert status["phase"] == "Progressing"
+    cond = conditions(status)
+    assert (cond["Schedulable"]["status"], cond["Schedulable"]["reason"]) == ("False", "NodeProvisioning")
+    assert "gpu-l4-abcde" in cond["Schedulable"]["message"]
+    assert cond["Progressing"]["reason"] == "NodeProvisioning"
+
+
+def test_a_replica_no_node_being_created_will_take_is_reported() -> None:
+    for claims in ([], [_nodeclaim("gpu-t4-x", "t4")], [_nodeclaim("gpu-l4-y", "l4", initialized=True)]):
+        status = rollout_status(
+            None, deployment(1, 0, 1), [WAITING_FOR_AN_L4], generation=3, now=NOW, nodeclaims=claims
+        )
+        assert status["phase"] == "Degraded", claims
+        assert conditions(status)["Schedulable"]["reason"] == "Unschedulable"
+
+
+def test_a_replica_a_nodepool_will_create_a_node_for_is_loading_before_its_nodeclaim_exists() -> None:
+    pool = {
+        "metadata": {"name": "gpu-l4"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["l4"]}
+                    ]
+                }
+            },
+            "limits": {"nvidia.com/gpu": "4"},
+        },
+        "status": {"resources": {"nvidia.com/gpu": "1"}},
+    }
+    status = rollout_status(
+        None, deployment(1, 0, 1), [WAITING_FOR_AN_L4], generation=3, now=NOW, nodepools=[pool]
+    )
+    assert status["phase"] == "Progressing"
+    assert "NodePool gpu-l4" in conditions(status)["Schedulable"]["message"]
+    full = {**pool, "status": {"resources": {"nvidia.com/gpu": "4"}}}
+    status = rollout_status(
+        None, deployment(1, 0, 1), [WAITING_FOR_AN_L4], generation=3, now=NOW, nodepools=[full]
+    )
+    assert status["phase"] == "Degraded"

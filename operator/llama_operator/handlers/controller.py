@@ -34,7 +34,13 @@ from llama_operator.desired.labels import (
 from llama_operator.handlers.adapters import ADAPTER_SYNC_SECONDS, adapter_cycle
 from llama_operator.handlers.autoscaler import AutoscalerMemory, autoscale_cycle
 from llama_operator.handlers.events import COMPONENT
-from llama_operator.handlers.indexes import Indexes, endpoint_facts, node_facts, nodepool_facts
+from llama_operator.handlers.indexes import (
+    Indexes,
+    endpoint_facts,
+    node_facts,
+    nodeclaim_facts,
+    nodepool_facts,
+)
 from llama_operator.handlers.memo import OperatorMemo
 from llama_operator.handlers.reconciler import reconcile_llamaservice, report_unknown_gpus
 from llama_operator.infra.kube import own_namespace
@@ -476,3 +482,17 @@ async def nodepool_event(
     """A Karpenter NodePool came, went, or changed the GPUs it can create (or its limit's use): re-plan all."""
     facts = None if event.get("type") == "DELETED" else json.dumps(nodepool_facts(body), sort_keys=True)
     await _placement_facts(memo.controller, f"NodePool/{name}", facts)
+
+
+@kopf.on.event("karpenter.sh", "v1", "nodeclaims")
+async def nodeclaim_event(
+    *, event: kopf.RawEvent, body: kopf.Body, name: str, memo: ControllerMemo, **_: Any
+) -> None:
+    """A Karpenter NodeClaim came, joined or went: a Pending replica may be waiting for its node (loading, not
+    missing), so every LlamaService's rollout status is looked at again."""
+    facts = (
+        None
+        if event.get("type") == "DELETED"
+        else json.dumps(nodeclaim_facts(body), sort_keys=True, default=str)
+    )
+    await _placement_facts(memo.controller, f"NodeClaim/{name}", facts)

@@ -66,6 +66,26 @@ def nodepool_facts(body: kopf.Body) -> dict[str, Any]:
     }
 
 
+def nodeclaim_facts(body: kopf.Body) -> dict[str, Any]:
+    """A Karpenter NodeClaim: the labels its node will carry, and whether that node has joined yet."""
+    conditions = body.status.get("conditions") or []
+    return {
+        "metadata": {
+            "name": body.metadata.name,
+            "labels": dict(body.metadata.labels or {}),
+            "deletionTimestamp": body.metadata.deletion_timestamp,
+        },
+        "spec": {"requirements": list(body.spec.get("requirements") or [])},
+        "initialized": any(c.get("type") == "Initialized" and c.get("status") == "True" for c in conditions),
+    }
+
+
+# Karpenter's NodeClaims: nodes on their way, which a Pending replica may be waiting for.
+@kopf.index("karpenter.sh", "v1", "nodeclaims")
+def nodeclaim_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: nodeclaim_facts(body)}
+
+
 # Karpenter's NodePools, where Karpenter is installed: the GPUs they can create count as available.
 @kopf.index("karpenter.sh", "v1", "nodepools")
 def nodepool_index(body: kopf.Body, name: str, **_: Any) -> dict[str, dict[str, Any]]:
@@ -108,6 +128,8 @@ def pod_index(
     return {
         (str(namespace), labels[SERVICE_LABEL]): {
             "metadata": {"name": body.metadata.name, "deletionTimestamp": body.metadata.deletion_timestamp},
+            # nodeSelector: which node a node provisioner may be creating for a Pending pod (NodeClaims).
+            "spec": {"nodeSelector": dict(body.spec.get("nodeSelector") or {})},
             # podIP: the operator loads LoRA adapters into each ready replica (handlers/adapters.py).
             "status": {
                 "phase": status.get("phase"),
@@ -275,6 +297,7 @@ class Indexes:
     leader_worker_sets: kopf.Index[OwnerKey, dict[str, Any]] | None = None
     daemon_sets: kopf.Index[ObjectKey, dict[str, Any]] | None = None
     nodepools: kopf.Index[str, dict[str, Any]] | None = None
+    nodeclaims: kopf.Index[str, dict[str, Any]] | None = None
 
     def workload(self, key: OwnerKey, owner_uid: str | None) -> dict[str, Any] | None:
         """The replicas' owner: the Deployment, or the LeaderWorkerSet of a multi-node LlamaService."""

@@ -225,6 +225,8 @@ def _converge(
             generation=meta.get("generation"),
             now=now,
             zero_message=zero_message(parsed, activator_route(indexes.endpoint_slices) is not None),
+            nodeclaims=[c for store in (indexes.nodeclaims or {}).values() for c in store],
+            nodepools=[p for store in (indexes.nodepools or {}).values() for p in store],
         )
     )
     status["specReplicas"] = parsed.replicas

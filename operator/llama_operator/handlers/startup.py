@@ -135,6 +135,7 @@ async def run_controller(*, memo: ControllerMemo, logger: kopf.Logger, **kwargs:
         leader_worker_sets=kwargs["leader_worker_set_index"],
         daemon_sets=kwargs["daemon_set_index"],
         nodepools=kwargs["nodepool_index"],
+        nodeclaims=kwargs["nodeclaim_index"],
     )
     memo.controller = start_controller(memo, indexes)
     settings = memo.settings

@@ -216,3 +216,50 @@ def replica_capacity(
         under_limits=sum(by_pool.values()),
         nodepools=tuple(sorted(by_pool)),
     )
+
+
+def nodeclaims_on_the_way(
+    nodeclaims: Iterable[Mapping[str, Any]], node_selector: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The Karpenter NodeClaims whose node has not joined yet (not Initialized, not being deleted) and will
+    carry every label of `node_selector`: the nodes a Pending pod with that selector may be waiting for."""
+    found = []
+    for claim in nodeclaims:
+        meta = claim.get("metadata") or {}
+        if claim.get("initialized") or meta.get("deletionTimestamp"):
+            continue
+        node = _Template(
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            requirements=tuple((claim.get("spec") or {}).get("requirements") or []),
+        )
+        if all(node.admits(k, v) for k, v in node_selector.items()):
+            found.append(str(meta.get("name", "")))
+    return tuple(sorted(found))
+
+
+def nodepools_admitting(
+    nodepools: Iterable[Mapping[str, Any]], node_selector: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The Karpenter NodePools that can still create a node carrying every label of `node_selector` (their
+    template admits it, naming at least one of its keys, and their GPU limit is not reached): a Pending pod
+    with that selector is Karpenter's to provision, within its batching window."""
+    found = []
+    for pool in nodepools:
+        spec = pool.get("spec") or {}
+        template = spec.get("template") or {}
+        node = _Template(
+            labels={
+                str(k): str(v) for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+            },
+            requirements=tuple((template.get("spec") or {}).get("requirements") or []),
+        )
+        limit = (spec.get("limits") or {}).get(GPU_RESOURCE)
+        used = _quantity(((pool.get("status") or {}).get("resources") or {}).get(GPU_RESOURCE, 0)) or 0
+        full = limit is not None and (_quantity(limit) or 0) <= used
+        if (
+            not full
+            and any(node.pins(k) for k in node_selector)
+            and all(node.admits(k, v) for k, v in node_selector.items())
+        ):
+            found.append(str((pool.get("metadata") or {}).get("name", "")))
+    return tuple(sorted(found))

@@ -17,6 +17,7 @@ from llama_operator.api.conditions import (
     set_conditions,
 )
 from llama_operator.api.status import Phase
+from llama_operator.planning.provisioning import nodeclaims_on_the_way, nodepools_admitting
 from llama_operator.reconcile.replicas import WorkloadReplicas
 
 
@@ -32,6 +33,50 @@ def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _unschedulable_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [
+        pod
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Pending"
+        and any(
+            c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+            for c in (pod.get("status") or {}).get("conditions") or []
+        )
+    ]
+
+
+def nodes_being_created(
+    pods: Iterable[Mapping[str, Any]],
+    nodeclaims: Iterable[Mapping[str, Any]],
+    nodepools: Iterable[Mapping[str, Any]] = (),
+) -> str | None:
+    """Where every pod the scheduler cannot place waits for a node a provisioner is creating, or will create,
+    for it (a Karpenter NodeClaim not yet joined, or a NodePool that can still create one, carrying the labels
+    the pod selects), what to say of it; else None. Such a replica is loading, not missing."""
+    waiting = _unschedulable_pods(pods)
+    claims, pools = list(nodeclaims), list(nodepools)
+    if not waiting or not (claims or pools):
+        return None
+    named_claims: set[str] = set()
+    named_pools: set[str] = set()
+    for pod in waiting:
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        on_the_way = nodeclaims_on_the_way(claims, selector)
+        can_create = nodepools_admitting(pools, selector) if not on_the_way else ()
+        if not on_the_way and not can_create:
+            return None
+        named_claims.update(on_the_way)
+        named_pools.update(can_create)
+    where = []
+    if named_claims:
+        where.append(f"Karpenter NodeClaim {', '.join(sorted(named_claims))} on its way")
+    if named_pools:
+        where.append(f"Karpenter NodePool {', '.join(sorted(named_pools))} to create one")
+    return f"{len(waiting)} pod(s) wait for nodes being created ({'; '.join(where)})"
+
+
 def rollout_status(
     status: Mapping[str, Any] | None,
     deployment: Mapping[str, Any] | None,
@@ -40,9 +85,12 @@ def rollout_status(
     generation: int | None,
     now: datetime,
     zero_message: str | None = None,
+    nodeclaims: Iterable[Mapping[str, Any]] = (),
+    nodepools: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status fields that follow the Deployment (a merge patch for the LlamaService's status).
-    `zero_message`: what zero replicas mean for this LlamaService, if it scales to zero."""
+    `zero_message`: what zero replicas mean for this LlamaService, if it scales to zero. `nodeclaims`:
+    `nodepools`: Karpenter's, so that a pod waiting for a node being created is told from one no node will take."""
     conditions = conditions_of(status)
     degraded = find_condition(conditions, ConditionType.DEGRADED)
     if degraded is not None and degraded.status == ConditionStatus.TRUE:
@@ -63,10 +111,12 @@ def rollout_status(
     desired, ready, updated = replicas.desired, replicas.ready, replicas.updated
     rolled_out = replicas.rolled_out
 
-    pending = unschedulable_message(pods)
+    pods = list(pods)
+    provisioning = nodes_being_created(pods, nodeclaims, nodepools)
+    pending = unschedulable_message(pods) if provisioning is None else None
     phase, updates = _rollout_conditions(
         rolled_out=rolled_out, desired=desired, ready=ready, updated=updated, pending=pending,
-        zero_message=zero_message,
+        zero_message=zero_message, provisioning=provisioning,
     )  # fmt: skip
     conditions = set_conditions(conditions, updates, now=now, generation=generation)
     return {
@@ -79,19 +129,29 @@ def rollout_status(
 
 
 def _rollout_conditions(
-    *, rolled_out: bool, desired: int, ready: int, updated: int, pending: str | None, zero_message: str | None
+    *,
+    rolled_out: bool,
+    desired: int,
+    ready: int,
+    updated: int,
+    pending: str | None,
+    zero_message: str | None,
+    provisioning: str | None = None,
 ) -> tuple[Phase, list[ConditionUpdate]]:
-    """The phase and the Schedulable, Ready and Progressing conditions of a Deployment's rollout."""
-    updates: list[ConditionUpdate] = [
-        (
+    """The phase and the Schedulable, Ready and Progressing conditions of a Deployment's rollout.
+    `provisioning`: the pods not placed wait for nodes being created (they are loading, not missing)."""
+    if pending is not None:
+        schedulable: ConditionUpdate = (
             ConditionType.SCHEDULABLE,
             ConditionStatus.FALSE,
             "Unschedulable",
             f"pods cannot be placed: {pending}",
         )
-        if pending is not None
-        else (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
-    ]
+    elif provisioning is not None:
+        schedulable = (ConditionType.SCHEDULABLE, ConditionStatus.FALSE, "NodeProvisioning", provisioning)
+    else:
+        schedulable = (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
+    updates: list[ConditionUpdate] = [schedulable]
     if rolled_out and desired == 0:
         # At zero by choice (the autoscaler after idleness, or replicas: 0): nothing is wrong or pending.
         phase = Phase.SCALED_TO_ZERO
@@ -116,13 +176,19 @@ def _rollout_conditions(
         why = f"{ready}/{desired} replicas ready, {updated} updated"
         if pending is not None:
             why += f"; pods cannot be placed: {pending}"
+        elif provisioning is not None:
+            why += f"; {provisioning}"
         some_ready = ConditionStatus.TRUE if ready > 0 else ConditionStatus.FALSE
         updates += [
             (ConditionType.READY, some_ready, "ReplicasReady" if ready > 0 else "ReplicasNotReady", why),
             (
                 ConditionType.PROGRESSING,
                 ConditionStatus.TRUE,
-                "Unschedulable" if pending is not None else "RollingOut",
+                "Unschedulable"
+                if pending is not None
+                else "NodeProvisioning"
+                if provisioning
+                else "RollingOut",
                 why,
             ),
         ]
