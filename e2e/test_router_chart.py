@@ -156,3 +156,36 @@ def test_the_network_policy_lets_only_the_router_and_the_operator_reach_vllm(
         "activator.networkPolicy.enabled=true",
     )
     assert done.returncode != 0 and "needs watchNamespaces" in done.stderr
+
+
+def test_the_router_as_the_endpoint_picker_of_every_watched_namespaces_pools(
+    cluster: Cluster, spaces: dict[str, str]
+) -> None:
+    """activator.endpointPickerPort: the router serves ext_proc there, each watched namespace gets a Service
+    leading to it (an InferencePool's endpointPickerRef is namespace-local), and the operator's config names
+    that Service and port for every pool."""
+    docs = render(cluster, spaces, "--set", "activator.endpointPickerPort=9002")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == ROUTER]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--ext-proc-port=9002" in container["args"], container["args"]
+    assert {"name": "grpc-epp", "containerPort": 9002} in container["ports"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == ROUTER]
+    assert any(p["name"] == "grpc-epp" and p["port"] == 9002 for p in service["spec"]["ports"])
+    pickers = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Service" and d["metadata"]["name"] == f"{RELEASE}-llama-operator-epp"
+    }
+    assert {spaces["a"], spaces["b"]} <= set(pickers)
+    picker = pickers[spaces["a"]]
+    assert picker["spec"]["externalName"] == f"{ROUTER}.{spaces['release']}.svc.cluster.local"
+    assert cluster.apply(picker, spaces["a"]).returncode == 0, "the API server accepts it as written"
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d.get("data", {})]
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    assert config["inferencePoolEndpointPicker"] == f"{RELEASE}-llama-operator-epp"
+    assert config["inferencePoolEndpointPickerPort"] == 9002
+    # Off by default: no port, no Services, no picker named.
+    docs = render(cluster, spaces)
+    assert not [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-epp")]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == ROUTER]
+    assert not [a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"] if "ext-proc" in a]

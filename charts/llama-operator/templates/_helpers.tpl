@@ -154,6 +154,11 @@ Secrets stay Secrets: the ConfigMap holds only their paths). */}}
 {{- if .Values.activator.enabled }}
 {{- $_ := set $config "activatorService" (printf "%s-activator" (include "llama-operator.fullname" .)) }}
 {{- $_ := set $config "activatorNamespace" .Release.Namespace }}
+{{- if and .Values.activator.endpointPickerPort .Values.watchNamespaces (not $config.inferencePoolEndpointPicker) }}
+{{- /* the router is the pools' endpoint picker: the Service the chart puts in each watched namespace */}}
+{{- $_ := set $config "inferencePoolEndpointPicker" (printf "%s-epp" (include "llama-operator.fullname" .)) }}
+{{- $_ := set $config "inferencePoolEndpointPickerPort" .Values.activator.endpointPickerPort }}
+{{- end }}
 {{- end }}
 {{- with (.Values.monitoring | default dict).labels }}
 {{- $_ := set $config "podMonitorLabels" (merge (dict) ($config.podMonitorLabels | default dict) .) }}

@@ -368,6 +368,17 @@ class ActivatorValues(ValuesModel):
             description="Source addresses trusted like a trusted namespace's pods (a host-network gateway)."
         ),
     ] = Field(default_factory=list)
+    endpoint_picker_port: Annotated[
+        int,
+        Field(
+            description="Serve the router as the endpoint picker of InferencePools (Envoy ext_proc, gRPC) to "
+            "the trusted gateways on this port; with watchNamespaces, each of them gets a Service "
+            "<release>-llama-operator-epp that leads there and every InferencePool names it "
+            "(config.inferencePoolEndpointPicker, unless set). 0: not served.",
+            ge=0,
+            le=65535,
+        ),
+    ] = 0
     drain_seconds: Annotated[
         int, Field(description="After SIGTERM, how long held and streaming requests may still finish.", ge=0)
     ] = 45
