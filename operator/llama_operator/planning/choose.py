@@ -147,6 +147,12 @@ def _choose_auto(
     # A replica over several nodes only where no single node present fits (and enough nodes offer one).
     multi = sorted(multi_node_candidates(config), key=lambda c: _sort_key(c, config))
     multi = [c for c in multi if inventory is None or is_present(c, inventory)]
+    if request.slo is not None:
+        # An autoscaled service runs as many replicas as its load needs: what it costs is its price per
+        # token served within the objective, not per replica.
+        ranked = _cheapest_per_token(request, present, config, inventory)
+        if ranked is not None:
+            return ranked[0], [*notes, *ranked[1]]
     for options in (present, multi):
         for catalog_option in options:
             # Size with the memory the nodes label, when they do.
@@ -156,11 +162,6 @@ def _choose_auto(
                 else catalog_option
             )
             sized = try_size_engine(request, candidate, config)
-            if sized is not None and (
-                unpaid := _tensor_parallel_unpaid(sized, options, request, config, inventory)
-            ):
-                notes.append(unpaid)
-                continue
             if sized is not None:
                 where = "present in the cluster " if inventory is not None else ""
                 tpot = request.slo.tpot_seconds if request.slo is not None else None
@@ -193,50 +194,73 @@ def _choose_auto(
     )
 
 
+def served_tokens_per_second(sized: Sized, request: Request, config: PlanningConfig) -> float:
+    """Output tokens per second one replica serves within the objective, by the plan's step model: the TPOT
+    objective's batch at its step time, else a full batch (max-num-seqs sequences, half a typical sequence
+    of context each on average) at its decode step."""
+    if request.slo is not None and request.slo.tpot_seconds is not None:
+        return _decode_rate(sized, request, config)
+    batch = sized.max_num_seqs
+    return batch / sized.steps.step_seconds(batch, config.typical_sequence_tokens / 2)
+
+
+def cost_per_million_tokens(sized: Sized, request: Request, config: PlanningConfig) -> float:
+    """Relative price per million output tokens served within the objective."""
+    return sized.candidate.price(config) / (served_tokens_per_second(sized, request, config) * 3600) * 1e6
+
+
+def _cheapest_per_token(
+    request: Request, options: list[Candidate], config: PlanningConfig, inventory: Inventory | None
+) -> tuple[Sized, list[str]] | None:
+    """The option that serves a token within the objective for the least, and notes naming it, the runner-up
+    and why; None when no option fits."""
+    sized_options: list[tuple[float, float, Sized]] = []
+    for option in options:
+        candidate = place_candidate(option, config, inventory).candidate if inventory is not None else option
+        sized = try_size_engine(request, candidate, config)
+        if sized is None:
+            continue
+        rate = served_tokens_per_second(sized, request, config)
+        if rate > 0:
+            sized_options.append((cost_per_million_tokens(sized, request, config), rate, sized))
+    if not sized_options:
+        return None
+    sized_options.sort(key=lambda o: (round(o[0], 9), _sort_key(o[2].candidate, config)))
+    best_cost, best_rate, best = sized_options[0]
+    where = "present in the cluster " if inventory is not None else ""
+    objective = (
+        f"the TPOT objective {request.slo.tpot_seconds:g}s"
+        if request.slo is not None and request.slo.tpot_seconds is not None
+        else "a full batch"
+    )
+    notes = [
+        f"auto: {best.candidate.name} is the option {where}that serves a token for the least: ~{best_rate:.0f} "
+        f"output tokens/s per replica within {objective} at {best.candidate.price(config):.2f}/h relative "
+        f"price, {best_cost:.3f} per million tokens"
+    ]
+    cheaper_replica = min(sized_options, key=lambda o: _sort_key(o[2].candidate, config))
+    if len(sized_options) > 1:
+        runner_cost, runner_rate, runner = sized_options[1]
+        notes.append(
+            f"auto: runner-up {runner.candidate.name}: ~{runner_rate:.0f} tokens/s at "
+            f"{runner.candidate.price(config):.2f}/h, {runner_cost:.3f} per million tokens "
+            f"({(runner_cost / best_cost - 1) * 100:.0f} % more per token)"
+        )
+    if cheaper_replica[2] is not best and cheaper_replica is not sized_options[1]:
+        cost, rate, sized = cheaper_replica
+        notes.append(
+            f"auto: not {sized.candidate.name}, the cheapest replica ({sized.candidate.price(config):.2f}/h): "
+            f"~{rate:.0f} tokens/s, {cost:.3f} per million tokens ({(cost / best_cost - 1) * 100:.0f} % more "
+            "per token)"
+        )
+    return best, notes
+
+
 def _decode_rate(sized: Sized, request: Request, config: PlanningConfig) -> float:
     """Output tokens per second a replica decodes within the TPOT objective (typical sequences)."""
     tuning = tpot_tuning(request, sized.candidate, sized.steps, config)
     assert tuning is not None  # only called with a TPOT objective
     return min(tuning.batch, sized.max_num_seqs) / tuning.step_seconds
-
-
-def _tensor_parallel_unpaid(
-    sized: Sized,
-    options: list[Candidate],
-    request: Request,
-    config: PlanningConfig,
-    inventory: Inventory | None,
-) -> str | None:
-    """Why auto skips a tensor-parallel replica whose GPUs do not pay for themselves; None when they do.
-
-    Under a TPOT objective a replica of several GPUs decodes faster (their bandwidth adds up) but pays the
-    all-reduces over its link. Its extra GPUs pay only where it decodes at least as many tokens per second
-    per unit of price as the best single-GPU option that meets the objective too; else replicas of that
-    GPU serve the same load for less."""
-    candidate = sized.candidate
-    if request.slo is None or request.slo.tpot_seconds is None or candidate.count == 1 or candidate.nodes > 1:
-        return None
-    rate = _decode_rate(sized, request, config) / candidate.price(config)
-    best: tuple[float, Candidate] | None = None
-    for option in options:
-        if option.count != 1 or option.nodes != 1:
-            continue
-        single = try_size_engine(
-            request,
-            place_candidate(option, config, inventory).candidate if inventory is not None else option,
-            config,
-        )
-        if single is None:
-            continue
-        single_rate = _decode_rate(single, request, config) / single.candidate.price(config)
-        if best is None or single_rate > best[0]:
-            best = (single_rate, single.candidate)
-    if best is None or best[0] < rate:
-        return None
-    return (
-        f"auto: not {candidate.name}: its tensor parallel decodes {rate:.0f} tokens/s per unit of hourly "
-        f"price within the TPOT objective, {best[1].name} {best[0]:.0f}; its extra GPUs do not pay"
-    )
 
 
 def _raise_if_tpot_unreachable(
