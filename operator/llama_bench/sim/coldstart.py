@@ -1,6 +1,7 @@
 """A replica's cold start, part by part, per accelerator, model and cache state (docs/cold-start.md).
 
-    image pull + container start + Python import + weight load + torch.compile + CUDA graph capture
+    [node provisioning] + image pull + container start + Python import + weight load + torch.compile
+    + CUDA graph capture
 
 Each part's figure and its source are in docs/cold-start.md; the constants below are those figures. The
 cache states are what the operator can stage before a pod starts:
@@ -44,6 +45,15 @@ COMPILE_CACHED_SECONDS = 5.0
 # reads 5-15 s in vLLM's startup logs.
 GRAPH_CAPTURE_SECONDS = 8.0
 
+# A replica that needs a GPU node nobody has created yet waits for one before any of the above: the
+# provisioner's launch, the boot, the kubelet joining, then the driver and the device plugin exposing the
+# GPUs. Published figures: a Karpenter node Ready 80-100 s after launch (aws/karpenter-provider-aws#3102:
+# cloud-init 38 s, kube-proxy 55 s, Ready 80-100 s; the cluster autoscaler's about 70 s), then about a
+# minute more on a GPU node until its GPUs are allocatable (cloudpilot-ai/karpenter-provider-gcp#148); "2-4
+# minutes" as users report it (aws/karpenter-provider-aws#2906). An ESTIMATE from those, a parameter
+# (`llama-bench simulate --node-provision-seconds`), 0 where a warm node waits.
+NODE_PROVISION_SECONDS = 150.0
+
 # Host-to-GPU link per GPU type (PCI-SIG: Gen3 x16 ~16 GB/s, Gen4 ~32, Gen5 ~64; ~75 % achievable).
 _PCIE_GEN = {"t4": 3, "a10": 4, "a10g": 4, "l4": 4, "l40s": 4, "a100": 4, "h100": 5, "h200": 5, "b200": 5}
 
@@ -69,11 +79,13 @@ class ColdStart:
     weight_load: float
     compile: float
     graph_capture: float
+    node_provision: float = 0.0  # a new GPU node first (0: the replica lands on a node that exists)
 
     @property
     def total(self) -> float:
         return (
-            self.image_pull
+            self.node_provision
+            + self.image_pull
             + self.container_start
             + self.python_import
             + self.weight_load
@@ -91,8 +103,9 @@ def weight_bytes(model: str) -> float:
     return float(known.shape.parameters * BYTES_PER_PARAMETER)
 
 
-def cold_start(accelerator: str, model: str, cache: str) -> ColdStart:
-    """The start of one replica of `model` on `accelerator` with the given cache state."""
+def cold_start(accelerator: str, model: str, cache: str, node_provision_seconds: float = 0.0) -> ColdStart:
+    """The start of one replica of `model` on `accelerator` with the given cache state, after
+    `node_provision_seconds` for a node to be created for it (0: a warm node)."""
     if accelerator not in ACCELERATORS:
         raise ValueError(f"unknown accelerator {accelerator!r}")
     if cache not in CACHE_STATES:
@@ -113,4 +126,5 @@ def cold_start(accelerator: str, model: str, cache: str) -> ColdStart:
         weight_load=fetch + to_device,
         compile=COMPILE_CACHED_SECONDS if staged else COMPILE_COLD_SECONDS,
         graph_capture=GRAPH_CAPTURE_SECONDS,
+        node_provision=node_provision_seconds,
     )

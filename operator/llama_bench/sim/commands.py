@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
-from llama_bench.sim.coldstart import CACHE_STATES, cold_start
+from llama_bench.sim.coldstart import CACHE_STATES, NODE_PROVISION_SECONDS, cold_start
 from llama_bench.sim.fleet import ROUTERS
 from llama_bench.sim.profile import load_profile
 from llama_bench.sim.report import objective_kept
@@ -77,6 +77,15 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="take the cold start from its parts (sim/coldstart.py, docs/cold-start.md) for the accelerator and "
         "model with this cache state: cold, image (pre-pulled), warm (image, weights on the node, compile "
         "cache); replaces --cold-start",
+    )
+    parser.add_argument(
+        "--node-provision-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds a new replica first waits for a GPU node to be created (launch, boot, driver, device "
+        f"plugin), added to its cold start: 0 (default) where a warm node waits, ~{NODE_PROVISION_SECONDS:.0f} "
+        "for a node per replica (sim/coldstart.py gives the sources)",
     )
     parser.add_argument(
         "--router",
@@ -154,7 +163,8 @@ def _scenario(args: argparse.Namespace) -> Scenario:
             cold_start(args.accelerator, args.model, args.cache_state).total
             if args.cache_state is not None
             else args.cold_start
-        ),
+        )
+        + args.node_provision_seconds,
         scrape_interval=args.scrape_interval,
         queue_depth_per_replica=args.queue_target,
         target_attainment=args.target_attainment,

@@ -10,7 +10,12 @@ import pytest
 
 from llama_bench.cli import build_parser
 from llama_bench.sim.accelerators import ACCELERATORS, MODELS
-from llama_bench.sim.coldstart import CACHE_STATES, cold_start, host_to_device_bytes_per_second
+from llama_bench.sim.coldstart import (
+    CACHE_STATES,
+    NODE_PROVISION_SECONDS,
+    cold_start,
+    host_to_device_bytes_per_second,
+)
 from llama_bench.sim.coldsweep import cache_state_table, run_sweep, slope, slopes, sweep_table
 from llama_bench.sim.scenario import Scenario
 from llama_bench.sim.trace import Trace, TraceRequest
@@ -90,3 +95,30 @@ def test_cache_state_sets_the_scenario_cold_start(tmp_path: Path) -> None:
     assert _scenario(args).cold_start_seconds == cold_start("t4", "llama-3.1-8b", "warm").total
     default = build_parser().parse_args(["bench", "--out", str(tmp_path)])
     assert _scenario(default).cold_start_seconds == 40.0
+
+
+def test_a_node_to_create_comes_before_the_replicas_own_start(tmp_path: Path) -> None:
+    from llama_bench.sim.commands import _scenario  # noqa: PLC0415
+
+    warm = cold_start("l4", "llama-3.2-1b", "warm")
+    cold_node = cold_start("l4", "llama-3.2-1b", "warm", node_provision_seconds=NODE_PROVISION_SECONDS)
+    assert cold_node.total == pytest.approx(warm.total + NODE_PROVISION_SECONDS)
+    assert 60 <= NODE_PROVISION_SECONDS <= 240  # the published range: Ready in 80-100 s, "2-4 minutes"
+    args = build_parser().parse_args(
+        [
+            "simulate",
+            "--trace",
+            "code",
+            "--policy",
+            "slo",
+            "--cache-state",
+            "warm",
+            "--accelerator",
+            "l4",
+            "--node-provision-seconds",
+            "150",
+        ]
+    )
+    assert _scenario(args).cold_start_seconds == pytest.approx(warm.total + 150)
+    default = build_parser().parse_args(["bench", "--out", str(tmp_path), "--node-provision-seconds", "90"])
+    assert _scenario(default).cold_start_seconds == 40.0 + 90
