@@ -379,6 +379,31 @@ def test_in_cluster_settings_lead_in_the_pods_namespace(
         proc.stop()
 
 
+def _leading_in_kube_system(
+    cluster: Cluster,
+    log_dir: Path,
+    kubeconfig: Path,
+    watched: str,
+    pod_namespace: str,
+    pod: str,
+    more_env: dict[str, str] | None = None,
+) -> OperatorProcess:
+    """The operator as a pod of the chart whose Lease is in kube-system: what the chart's ConfigMap and the
+    downward API give the pod, as environment (OperatorProcess writes no config file)."""
+    return OperatorProcess(
+        cluster,
+        log_dir=log_dir,
+        kubeconfig=kubeconfig,
+        extra_args=[f"--namespace={watched}"],
+        extra_env={
+            "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": "kube-system",
+            "POD_NAMESPACE": pod_namespace,
+            "POD_NAME": pod,
+            **(more_env or {}),
+        },
+    )
+
+
 def test_a_refused_lease_is_said_once_not_ready_with_a_metric_and_an_event(
     cluster: Cluster, release: str, watched: str, tmp_path: Path
 ) -> None:
@@ -387,17 +412,7 @@ def test_a_refused_lease_is_said_once_not_ready_with_a_metric_and_an_event(
     Event on its own Pod; it does not dump the HTTP exchange every renew period."""
     kubeconfig = _token_kubeconfig(cluster, tmp_path / "sa.kubeconfig")
     pod = f"{FULLNAME}-refused"
-    proc = OperatorProcess(
-        cluster,
-        log_dir=tmp_path,
-        kubeconfig=kubeconfig,
-        extra_args=[f"--namespace={watched}"],
-        extra_env={
-            "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": "kube-system",
-            "POD_NAMESPACE": RELEASE_NS,
-            "POD_NAME": pod,
-        },
-    )
+    proc = _leading_in_kube_system(cluster, tmp_path, kubeconfig, watched, RELEASE_NS, pod)
     proc.start()
     try:
 
@@ -462,18 +477,14 @@ def test_a_release_whose_lease_is_in_kube_system_leads_there(
     kubeconfig = cluster.info.service_account_kubeconfig(
         fullname, namespace, tmp_path / "sa.kubeconfig", context_namespace=False
     )
-    proc = OperatorProcess(
+    proc = _leading_in_kube_system(
         cluster,
-        log_dir=tmp_path,
-        kubeconfig=kubeconfig,
-        extra_args=[f"--namespace={watched}"],
-        # What the chart's ConfigMap gives the pod, as environment (OperatorProcess writes no config file).
-        extra_env={
-            "LLAMA_OPERATOR_LEADER_ELECTION_NAMESPACE": "kube-system",
-            "LLAMA_OPERATOR_LEADER_ELECTION_LEASE": lease,
-            "POD_NAMESPACE": namespace,
-            "POD_NAME": f"{fullname}-0",
-        },
+        tmp_path,
+        kubeconfig,
+        watched,
+        namespace,
+        f"{fullname}-0",
+        {"LLAMA_OPERATOR_LEADER_ELECTION_LEASE": lease},
     )
     proc.start()
     try:

@@ -71,6 +71,12 @@ def karpenter_nodes(cluster: Cluster) -> list[dict[str, Any]]:
     ]
 
 
+def scale(cluster: Cluster, namespace: str, replicas: int) -> None:
+    """spec.replicas of the LlamaService `cold`."""
+    patch = json.dumps({"spec": {"replicas": replicas}})
+    cluster.kubectl("patch", "llamaservice", "cold", "-n", namespace, "--type=merge", "-p", patch)
+
+
 @pytest.fixture(scope="module")
 def karpenter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Karpenter's CRDs, its kwok NodePool of L4s, and its controller as a process (the binary the set-up
@@ -212,30 +218,12 @@ def test_a_service_on_a_gpu_with_no_node_gets_one_created_scales_out_and_back(
         created[pod["spec"]["nodeName"]]["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] == "l4"
     )
 
-    cluster.kubectl(
-        "patch",
-        "llamaservice",
-        "cold",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"replicas": 3}}),
-    )
+    scale(cluster, namespace, 3)
     pods = eventually("3 replicas Ready", lambda: ready_pods(cluster, "cold", namespace, 3), 180)
     nodes = {p["spec"]["nodeName"] for p in pods}
     assert len(nodes) == 3 and nodes <= {n["metadata"]["name"] for n in karpenter_nodes(cluster)}
 
-    cluster.kubectl(
-        "patch",
-        "llamaservice",
-        "cold",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"replicas": 1}}),
-    )
+    scale(cluster, namespace, 1)
     eventually("1 replica left", lambda: ready_pods(cluster, "cold", namespace, 1), 120)
     # The two idle nodes are consolidated away (WhenEmpty after 5 s): one node, the serving replica's, stays.
     eventually("the idle nodes removed", lambda: len(karpenter_nodes(cluster)) == 1 or None, 120)
