@@ -187,6 +187,20 @@ def running(proc: P) -> Iterator[P]:
 
 
 @contextmanager
+def router_to_a_recorder(
+    cluster: Cluster, log_dir: Path, own_namespace: str, extra_args: list[str]
+) -> Iterator[RouterProcess]:
+    """A running router whose every request goes to a RecordingUpstream (for tests that look only at what
+    the router answers), both stopped on the way out."""
+    upstream = RecordingUpstream()
+    try:
+        with running(RouterProcess(cluster, log_dir, upstream.url, own_namespace, extra_args)) as proc:
+            yield proc
+    finally:
+        upstream.close()
+
+
+@contextmanager
 def namespaces(cluster: Cluster, **prefixes: str) -> Iterator[dict[str, str]]:
     """Namespaces named by role (`router="router"` gives `{"router": "router-1a2b3c"}`), one suffix for the
     lot, deleted on the way out."""

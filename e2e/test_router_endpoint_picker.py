@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from llama_operator.router import ext_proc_wire as wire
-from router_support import RecordingUpstream, RouterProcess, namespaces
+from router_support import RouterProcess, namespaces, router_to_a_recorder
 from support import Cluster, OperatorProcess, eventually, free_port, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
@@ -81,19 +81,14 @@ def picker_operator(
 def router(
     cluster: Cluster, spaces: dict[str, str], picker_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RouterProcess]:
-    upstream = RecordingUpstream()
     # The test's client plays the gateway from the host: its address is the trusted source.
-    proc = RouterProcess(
+    with router_to_a_recorder(
         cluster,
         tmp_path_factory.mktemp("router"),
-        upstream=upstream.url,
         own_namespace=spaces["router"],
         extra_args=[f"--ext-proc-port={picker_port}", "--trusted-source=127.0.0.1"],
-    )
-    proc.start()
-    yield proc
-    proc.stop()
-    upstream.close()
+    ) as proc:
+        yield proc
 
 
 def ready_endpoints(cluster: Cluster, pool: dict[str, Any], namespace: str, count: int) -> list[str] | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from router_support import RecordingUpstream, Reply, RouterProcess, call, raw_connection
+from router_support import Reply, RouterProcess, call, raw_connection, router_to_a_recorder
 from support import Cluster, llamaservice_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -45,11 +45,9 @@ def limits_ns(cluster: Cluster) -> Iterator[str]:
 def router(
     cluster: Cluster, limits_ns: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RouterProcess]:
-    upstream = RecordingUpstream()
-    proc = RouterProcess(
+    with router_to_a_recorder(
         cluster,
         tmp_path_factory.mktemp("router"),
-        upstream=upstream.url,
         own_namespace=limits_ns,
         extra_args=[
             "--trusted-source=127.0.0.1",
@@ -62,11 +60,8 @@ def router(
             "--body-timeout=2",
             "--namespace-share=1",  # both services are one namespace's: the router's own totals are tested
         ],
-    )
-    proc.start()
-    yield proc
-    proc.stop()
-    upstream.close()
+    ) as proc:
+        yield proc
 
 
 def post(router: RouterProcess, ns: str, name: str, body: bytes, timeout: float = 30) -> Reply:
