@@ -131,10 +131,8 @@ def test_a_draft_that_no_longer_fits_is_refused_and_ngram_costs_nothing() -> Non
     assert any("no draft model weights" in n for n in ngram.notes)
 
 
-def test_an_unknown_draft_is_refused_rather_than_left_out_of_the_plan() -> None:
-    with pytest.raises(
-        PlanningError, match=r"draft model 'someone/eagle-head' is not in the operator's catalog"
-    ):
+def test_an_eagle_head_not_made_for_the_target_is_refused() -> None:
+    with pytest.raises(PlanningError, match=r"the EAGLE head's name does not carry the target's size \(8B\)"):
         plan(
             spec(
                 {"type": "l4"},
@@ -166,3 +164,33 @@ def test_the_step_budget_covers_every_sequences_speculative_tokens() -> None:
     assert drafted.max_num_batched_tokens - 576 == alone.max_num_batched_tokens - 64  # the same prompt chunk
     note = next(n for n in drafted.notes if n.startswith("maxNumBatchedTokens"))
     assert "plus 576 decode tokens (64 sequences x (1 + 8 speculative tokens))" in note
+
+
+@pytest.mark.parametrize(
+    ("method", "head"),
+    [
+        ("eagle", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"),
+        ("eagle3", "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"),
+    ],
+)
+def test_an_eagle_head_is_sized_from_its_target_and_planned(method: str, head: str) -> None:
+    # Issue 43: EAGLE and EAGLE-3 drafts were refused. A head is one layer of the target's width: its weights
+    # and its one layer of KV per token come out of the budget.
+    alone = plan(spec({"type": "l4"}, {"maxModelLen": 8192}, model=LLAMA_8B))
+    drafted = plan(
+        spec(
+            {"type": "l4"},
+            {
+                "maxModelLen": 8192,
+                "extraArgs": speculative({"method": method, "model": head, "num_speculative_tokens": 3}),
+            },
+            model=LLAMA_8B,
+        )
+    )
+    assert drafted.speculative_method == method
+    # One decoder layer of Llama 3.1 8B (218 M parameters) and its projection; EAGLE-3 adds its fused inputs
+    # and a 32,000-token lm_head: ~0.5 and ~0.85 GB in bf16, as the published heads weigh.
+    expected = {"eagle": 0.50e9, "eagle3": 0.85e9}[method]
+    assert drafted.draft_weight_bytes == pytest.approx(expected, rel=0.05)
+    assert drafted.draft_kv_bytes_per_token == 2 * 1 * 8 * 128 * 2  # one layer's K and V
+    assert drafted.kv_cache_tokens < alone.kv_cache_tokens

@@ -144,7 +144,62 @@ class Draft:
         return 1 + self.num_speculative_tokens
 
 
-def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
+# EAGLE heads: one decoder layer of the target's width on its hidden states, proposing from the target's own
+# embeddings and lm_head (vLLM shares them). EAGLE-1 feeds [embedding, hidden] through a 2h -> h projection;
+# EAGLE-3 fuses three of the target's layers (3h -> h), attends over 2h-wide inputs and predicts over its own
+# draft vocabulary (draft_vocab_size 32,000 in the published Llama heads) mapped onto the target's.
+EAGLE_METHODS = frozenset({"eagle", "eagle3"})
+EAGLE3_DRAFT_VOCAB = 32_000
+_SIZE_IN_NAME = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)b(?![a-z0-9])", re.IGNORECASE)
+
+
+def eagle_head_shape(method: str, target: ModelShape) -> ModelShape:
+    """The shape of an EAGLE or EAGLE-3 head for `target`, from the target's width (config.json of the
+    published heads: one layer, the target's heads and MLP)."""
+    hidden = target.hidden_size or round(math.sqrt(target.parameters / (12 * target.layers)))
+    intermediate = target.intermediate_size or round(3.5 * hidden)
+    kv_width = target.kv_heads * target.head_dim
+    layer = 2 * hidden * hidden + 2 * hidden * kv_width + 3 * hidden * intermediate
+    if method == "eagle3":
+        parameters = (
+            layer
+            + hidden * hidden
+            + 2 * hidden * kv_width
+            + 3 * hidden * hidden
+            + EAGLE3_DRAFT_VOCAB * hidden
+        )
+    else:
+        parameters = layer + 2 * hidden * hidden
+    return ModelShape(
+        layers=1,
+        kv_heads=target.kv_heads,
+        head_dim=target.head_dim,
+        parameters=parameters,
+        max_context=target.max_context,
+        embedding_parameters=0,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+    )
+
+
+def _check_eagle_head(model_name: str, target_name: str) -> None:
+    """An EAGLE head is trained on one target's hidden states: its name must carry the target's size (8B, 70B)
+    as the published heads' names do (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, RedHatAI/Llama-3.1-8B-Instruct-
+    speculator.eagle3)."""
+    target_sizes = {m.lower() for m in _SIZE_IN_NAME.findall(read_checkpoint_name(target_name).base_name)}
+    head_sizes = {m.lower() for m in _SIZE_IN_NAME.findall(model_name)}
+    if target_sizes and not target_sizes & head_sizes:
+        size = sorted(target_sizes)[0]
+        raise PlanningError(
+            f"spec.engine.extraArgs --speculative-config: the EAGLE head's name does not carry the target's size "
+            f"({size}B); an EAGLE head works only with the model it was trained on: use the head published for "
+            "this model (its name names it), or a draft_model from the catalog"
+        )
+
+
+def resolve_draft(
+    speculative: Mapping[str, object] | None, target: ModelShape | None = None, target_name: str = ""
+) -> Draft | None:
     """The draft model of --speculative-config, sized from the catalog: its weights and KV cache come out
     of the memory budget, so a draft the planner cannot size is refused rather than left out of the plan."""
     if speculative is None:
@@ -158,6 +213,14 @@ def resolve_draft(speculative: Mapping[str, object] | None) -> Draft | None:
     tokens = proposed if isinstance(proposed, int) and proposed > 0 else 1
     if method in DRAFT_FREE_METHODS or model_name is None:
         return Draft(method=str(method), model=None, shape=None, num_speculative_tokens=tokens)
+    if method in EAGLE_METHODS and target is not None:
+        _check_eagle_head(model_name, target_name)
+        return Draft(
+            method=str(method),
+            model=model_name,
+            shape=eagle_head_shape(str(method), target),
+            num_speculative_tokens=tokens,
+        )
     try:
         shape = model_shape(model_name)
     except UnknownModelError:
@@ -296,5 +359,5 @@ def resolve_request(spec: LlamaServiceSpec, config: PlanningConfig) -> Request:
         extra=extra,
         slo=spec.autoscaling.slo if spec.autoscaling is not None and spec.autoscaling.enabled else None,
         adapters=tuple(spec.adapters),
-        draft=resolve_draft(extra.speculative),
+        draft=resolve_draft(extra.speculative, shape, spec.model.name),
     )
