@@ -8,6 +8,7 @@ import asyncio
 import time
 
 from llama_operator.router.routing import Limits, namespace_share
+from tests.router.test_budgets import request_head
 from tests.router.test_proxy import KEY, SECRET, FakeView, post, stack
 
 TEAM_B_HOST = "secret.team-b"
@@ -86,3 +87,37 @@ def test_the_share_of_a_namespace_is_its_own_or_the_default() -> None:
     limits = Limits(namespace_share=0.25, namespace_shares=(("team-b", 0.5),))
     assert namespace_share(limits, "team-b") == 0.5
     assert namespace_share(limits, "team-a") == 0.25
+
+
+def test_a_namespace_at_its_share_of_buffered_bytes_gets_429_while_others_send_bodies() -> None:
+    """Bodies being read count against their caller's namespace too: a tenant's slow 64 KiB bodies take its
+    share of the buffered bytes, then its next body is refused at once, and another tenant's is read."""
+
+    async def scenario() -> None:
+        view = FakeView()
+        limits = Limits(max_body_bytes=64 * 1024, max_buffered_bytes=256 * 1024, namespace_share=0.5)
+        async with stack(view, limits) as (upstream, proxy, router):
+            view.ready[KEY].append(upstream)
+            host, port = proxy.split(":")
+            slow = [
+                await asyncio.open_connection(host, int(port), local_addr=("127.0.0.2", 0)) for _ in range(3)
+            ]
+            for _, writer in slow[:2]:
+                writer.write(request_head(64 * 1024, TEAM_B_HOST) + b"{")
+                await writer.drain()
+            await asyncio.sleep(0.3)
+            reader, writer = slow[2]
+            writer.write(request_head(64 * 1024, TEAM_B_HOST) + b"{")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 3)
+            assert b" 429 " in line, line
+            status, _, _, _ = await post(proxy, body={"model": "chat-model", "prompt": "x" * 60_000})
+            assert status == 200, "team-a's body is read beside team-b's at its share"
+            for _, w in slow:
+                w.close()
+            deadline = time.monotonic() + 5
+            while router.active and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert router.budgets.buffered == 0
+
+    asyncio.run(scenario())
