@@ -28,6 +28,7 @@ class Budgets:
     held_requests_of: Tally[str] = field(default_factory=Tally)  # by namespace (of the service)
     held_bytes_of: Tally[str] = field(default_factory=Tally)
     streams_of: Tally[str] = field(default_factory=Tally)  # requests forwarded and not finished
+    buffered_of: Tally[str] = field(default_factory=Tally)  # by the caller's namespace
 
     def total_held(self) -> int:
         return sum(self.held_requests.values())
@@ -77,17 +78,26 @@ class Claim:
         self.budgets = budgets
         self.on_hold = on_hold
         self.buffered = 0
+        self.buffered_for: str | None = None  # the caller's namespace its buffered bytes count against
         self.held: tuple[ServiceKey, int] | None = None  # (service, bytes) while the request is held
         self.streaming: str | None = None  # the namespace whose stream it counts as, while forwarded
 
-    def buffer(self, size: int) -> None:
+    def buffer(self, size: int, namespace: str | None = None) -> None:
+        """`size` more bytes of this request's body in memory, counted against `namespace` too (the caller's,
+        when it is a pod's: a trusted gateway's requests count only in the total)."""
+        if namespace is not None:
+            self.buffered_for = namespace
         self.budgets.buffered += size
         self.buffered += size
+        if self.buffered_for is not None:
+            self.budgets.buffered_of[self.buffered_for] += size
 
     def unbuffer(self, size: int) -> None:
         size = min(size, self.buffered)
         self.budgets.buffered -= size
         self.buffered -= size
+        if self.buffered_for is not None and size:
+            _take(self.budgets.buffered_of, self.buffered_for, size)
 
     def hold(self, key: ServiceKey, size: int) -> None:
         self.unhold()

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from llama_operator.router.budget import Budgets, Claim
-from llama_operator.router.routing import Caller, Limits
+from llama_operator.router.routing import Caller, Limits, share_of
 
 
 class RejectedError(Exception):
@@ -92,9 +92,12 @@ def caller_of(
     return Caller(namespace, trusted=namespace is not None and namespace in trusted_namespaces)
 
 
-async def read_body(request: web.Request, limits: Limits, budgets: Budgets, claim: Claim) -> Body:
+async def read_body(
+    request: web.Request, limits: Limits, budgets: Budgets, claim: Claim, namespace: str | None
+) -> Body:
     """A JSON body read into memory within the limits, its bytes counted on the request's claim (reserved
-    at the declared length first, the whole limit when none is declared); any other body left to stream."""
+    at the declared length first, the whole limit when none is declared), against the caller's namespace's
+    share too; any other body left to stream."""
     if not request.body_exists:
         return Body(b"", None, None)
     if request.content_type != "application/json":
@@ -109,7 +112,14 @@ async def read_body(request: web.Request, limits: Limits, budgets: Budgets, clai
         raise RejectedError(
             503, "buffered_bytes", "this router holds too many request bodies now; retry", retry_after=1
         )
-    claim.buffer(reserve)
+    if namespace is not None:
+        share = share_of(limits, namespace, limits.max_buffered_bytes)
+        if budgets.buffered_of[namespace] + reserve > share:
+            message = (
+                f"namespace {namespace!r} has request bodies up to its share of this router ({share} bytes)"
+            )
+            raise RejectedError(429, "namespace_buffered_bytes", f"{message}; retry", retry_after=1)
+    claim.buffer(reserve, namespace)
     chunks: list[bytes] = []
     size = 0
     try:

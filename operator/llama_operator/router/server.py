@@ -162,7 +162,7 @@ class Router:
             if caller.namespace is None and not caller.trusted:  # refused before a byte of its body is read
                 self.metrics.requests.labels(outcome="forbidden").inc()
                 return error(403, FORBIDDEN)
-            body = await read_body(request, self.limits, self.budgets, claim)
+            body = await read_body(request, self.limits, self.budgets, claim, caller.namespace)
             model = body.parsed.get("model") if body.parsed else None
             namespace_header = request.headers.get(NAMESPACE_HEADER)
             listing = request.path.rstrip("/") == "/v1/models" and request.method == "GET"
