@@ -184,6 +184,22 @@ def test_the_router_as_the_endpoint_picker_of_every_watched_namespaces_pools(
     config = yaml.safe_load(configmap["data"]["config.yaml"])
     assert config["inferencePoolEndpointPicker"] == f"{RELEASE}-llama-operator-epp"
     assert config["inferencePoolEndpointPickerPort"] == 9002
+    # TLS by default, with the chart's self-signed certificate mounted where the arguments say.
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == f"{ROUTER}-epp-tls"]
+    assert secret["type"] == "kubernetes.io/tls" and {"tls.crt", "tls.key"} <= set(secret["data"])
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert f"--ext-proc-tls-cert={mounts['epp-tls']}/tls.crt" in container["args"]
+    assert f"--ext-proc-tls-key={mounts['epp-tls']}/tls.key" in container["args"]
+    assert cluster.apply(secret, spaces["release"]).returncode == 0
+    docs = render(
+        cluster,
+        spaces,
+        "--set",
+        "activator.endpointPickerPort=9002",
+        "--set",
+        "activator.endpointPickerTls=false",
+    )
+    assert not [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-epp-tls")]
     # Off by default: no port, no Services, no picker named.
     docs = render(cluster, spaces)
     assert not [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-epp")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,14 +82,33 @@ def picker_operator(
 def router(
     cluster: Cluster, spaces: dict[str, str], picker_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RouterProcess]:
-    # The test's client plays the gateway from the host: its address is the trusted source.
+    logs = tmp_path_factory.mktemp("router")
+    cert, key = self_signed(logs)
+    # The test's client plays the gateway from the host: its address is the trusted source. TLS, as the
+    # chart serves it by default.
     with router_to_a_recorder(
         cluster,
-        tmp_path_factory.mktemp("router"),
+        logs,
         own_namespace=spaces["router"],
-        extra_args=[f"--ext-proc-port={picker_port}", "--trusted-source=127.0.0.1"],
+        extra_args=[
+            f"--ext-proc-port={picker_port}",
+            "--trusted-source=127.0.0.1",
+            f"--ext-proc-tls-cert={cert}",
+            f"--ext-proc-tls-key={key}",
+        ],
     ) as proc:
         yield proc
+
+
+PICKER_HOST = "picker.test"
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    command = f"openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN={PICKER_HOST}"
+    names = ["-addext", f"subjectAltName=DNS:{PICKER_HOST}", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run([*command.split(), *names], check=True, capture_output=True)
+    return cert, key
 
 
 def ready_endpoints(cluster: Cluster, pool: dict[str, Any], namespace: str, count: int) -> list[str] | None:
@@ -137,7 +157,12 @@ def test_requests_through_the_pool_land_on_the_pod_of_their_prefix_and_stay_in_t
     subset_b = eventually("team-b's Ready pod", lambda: ready_endpoints(cluster, pool_b, b, 1), 120)
 
     async def scenario() -> None:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{ref['port']['number']}") as channel:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=(router.log_dir / "tls.crt").read_bytes()
+        )
+        options = [("grpc.ssl_target_name_override", PICKER_HOST)]
+        target = f"127.0.0.1:{ref['port']['number']}"
+        async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
 
             async def pick(
                 body: bytes, subset: list[str], headers: dict[str, str] | None = None
@@ -169,7 +194,7 @@ def test_requests_through_the_pool_land_on_the_pod_of_their_prefix_and_stay_in_t
             assert await pick(conversation("b", 1), subset_b) in subset_b, "team-b's pool: team-b's pod"
 
     asyncio.run(scenario())
-    assert "endpoint picker (ext_proc)" in router.tail(200)
+    assert "endpoint picker (ext_proc, TLS)" in router.tail(200)
 
 
 async def _until(check: Any) -> None:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from llama_operator.router import ext_proc_wire as wire
-from llama_operator.router.ext_proc import start_ext_proc, stop_ext_proc
+from llama_operator.router.ext_proc import ServingTls, start_ext_proc, stop_ext_proc
 from llama_operator.router.routing import Limits, ServiceKey
 from llama_operator.router.server import Router
 from tests.router.test_proxy import KEY, SECRET, FakeView
@@ -38,14 +40,25 @@ class PoolView(FakeView):
 
 @asynccontextmanager
 async def picker(
-    view: FakeView, limits: Limits | None = None, trusted: frozenset[str] = frozenset({"127.0.0.1"})
+    view: FakeView,
+    limits: Limits | None = None,
+    trusted: frozenset[str] = frozenset({"127.0.0.1"}),
+    tls: ServingTls | None = None,
 ) -> AsyncIterator[tuple[grpc.aio.Channel, Router]]:
     router = Router(view, demand_interval_seconds=0.2, limits=limits, trusted_sources=trusted)  # type: ignore[arg-type]
     view.changed = router.notify
     await router.start()
-    server, port, health = await start_ext_proc(router.endpoint_picker(), "127.0.0.1", 0, lambda: True)
+    server, port, health = await start_ext_proc(router.endpoint_picker(), "127.0.0.1", 0, lambda: True, tls)
+    target = f"127.0.0.1:{port}"
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        if tls is None:
+            channel = grpc.aio.insecure_channel(target)
+        else:  # as a gateway that trusts this certificate (most skip verifying it)
+            credentials = grpc.ssl_channel_credentials(root_certificates=tls.certificate)
+            channel = grpc.aio.secure_channel(
+                target, credentials, options=[("grpc.ssl_target_name_override", "picker.test")]
+            )
+        async with channel:
             yield channel, router
     finally:
         await stop_ext_proc(server, health, 0)
@@ -135,7 +148,10 @@ def test_a_service_at_zero_is_held_until_it_wakes_then_picked() -> None:
         view.ready[KEY] = []
         async with picker(view) as (channel, router):
             asked = asyncio.create_task(ask(channel, chat("wake"), headers={"x-llamaservice": "team-a/chat"}))
-            await asyncio.sleep(0.5)
+            for _ in range(100):  # held, and its demand reported (in an executor thread): within seconds
+                if router.budgets.total_held() == 1 and view.demands:
+                    break
+                await asyncio.sleep(0.05)
             assert not asked.done() and router.budgets.total_held() == 1
             assert view.demands and view.demands[0][0] == KEY, "the demand reported: the operator wakes it"
             view.turn_ready(KEY, PODS_A[1])
@@ -196,3 +212,17 @@ def test_the_peer_address_of_a_grpc_caller() -> None:
     assert wire.peer_address("ipv6:[::1]:5000") == "::1"
     assert wire.peer_address("ipv6:[::ffff:10.1.2.3]:5000") == "10.1.2.3"
     assert wire.peer_address("unix:/tmp/socket") == ""
+
+
+def test_the_picker_serves_tls_with_its_certificate(tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    command = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=picker.test"
+    names = ["-addext", "subjectAltName=DNS:picker.test", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run([*command.split(), *names], check=True, capture_output=True)
+    tls = ServingTls(cert.read_bytes(), key.read_bytes())
+
+    async def scenario() -> None:
+        async with picker(PoolView(), tls=tls) as (channel, _router):
+            assert destination(await ask(channel, chat("over tls"), subset=PODS_A)) in PODS_A
+
+    asyncio.run(scenario())

@@ -379,6 +379,14 @@ class ActivatorValues(ValuesModel):
             le=65535,
         ),
     ] = 0
+    endpoint_picker_tls: Annotated[
+        bool,
+        Field(
+            description="The endpoint picker serves TLS with a self-signed certificate the chart makes (gateways "
+            "dial their picker with TLS, mostly unverified, as the inference extension's own picker serves "
+            "it); false: plaintext gRPC."
+        ),
+    ] = True
     drain_seconds: Annotated[
         int, Field(description="After SIGTERM, how long held and streaming requests may still finish.", ge=0)
     ] = 45

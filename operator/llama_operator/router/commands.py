@@ -8,9 +8,13 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from llama_operator.router.routing import Limits
+
+if TYPE_CHECKING:
+    from llama_operator.router.ext_proc import ServingTls
 
 MIB = 2**20
 
@@ -26,6 +30,17 @@ def _shares(items: list[str] | None) -> list[tuple[str, float]]:
         namespace, _, share = item.partition("=")
         out.append((namespace.strip(), float(share)))
     return out
+
+
+def _serving_tls(certificate: str | None, key: str | None) -> ServingTls | None:
+    """The endpoint picker's certificate and key files, read (both or neither)."""
+    if not certificate and not key:
+        return None
+    if not (certificate and key):
+        raise SystemExit("--ext-proc-tls-cert and --ext-proc-tls-key go together")
+    from llama_operator.router.ext_proc import ServingTls  # noqa: PLC0415  (gRPC: only `router` pays for it)
+
+    return ServingTls(Path(certificate).read_bytes(), Path(key).read_bytes())
 
 
 def cmd_router(args: argparse.Namespace) -> int:
@@ -68,6 +83,7 @@ def cmd_router(args: argparse.Namespace) -> int:
                 drain_seconds=args.drain_seconds,
                 load_scrape_seconds=args.load_scrape_seconds,
                 ext_proc_port=args.ext_proc_port,
+                ext_proc_tls=_serving_tls(args.ext_proc_tls_cert, args.ext_proc_tls_key),
             )
         )
     return 0
@@ -86,6 +102,8 @@ def _add_listening_args(p: argparse.ArgumentParser) -> None:
         help="serve the endpoint picker of InferencePools (Envoy ext_proc, gRPC) to trusted gateways on this "
         "port (0: not served)",
     )
+    p.add_argument("--ext-proc-tls-cert", default=None, help="PEM certificate of the endpoint picker (TLS)")
+    p.add_argument("--ext-proc-tls-key", default=None, help="PEM key of the endpoint picker's certificate")
 
 
 def _add_tenancy_args(p: argparse.ArgumentParser) -> None:

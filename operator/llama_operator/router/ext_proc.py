@@ -273,17 +273,35 @@ class _Stream:
         self.picker.holding.first_token(asked.key, held_since)
 
 
+@dataclass(frozen=True, slots=True)
+class ServingTls:
+    """The picker's certificate and key (PEM): gateways dial their endpoint picker with TLS, mostly without
+    verifying it (the inference extension's own picker serves a self-signed certificate by default)."""
+
+    certificate: bytes
+    key: bytes
+
+
 async def start_ext_proc(
-    picker: EndpointPicker, address: str, port: int, ready: Callable[[], bool]
+    picker: EndpointPicker,
+    address: str,
+    port: int,
+    ready: Callable[[], bool],
+    tls: ServingTls | None = None,
 ) -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
-    """The gRPC server: the ExternalProcessor and the gRPC health service the protocol asks for (liveness,
-    readiness, and the ext_proc service's own name, the last two following `ready`). Returns the server, its
-    port (a free one when `port` is 0) and the task that keeps the health statuses current."""
+    """The gRPC server (TLS when `tls` is given, else plaintext): the ExternalProcessor and the gRPC health
+    service the protocol asks for (liveness, readiness, and the ext_proc service's own name, the last two
+    following `ready`). Returns the server, its port (a free one when `port` is 0) and the task that keeps
+    the health statuses current."""
     server = grpc.aio.server()
     add_processor(server, picker.process)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    bound = server.add_insecure_port(f"{address}:{port}")
+    if tls is not None:
+        credentials = grpc.ssl_server_credentials([(tls.key, tls.certificate)])
+        bound = server.add_secure_port(f"{address}:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"{address}:{port}")
     await server.start()
 
     async def follow() -> None:

@@ -21,7 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from llama_operator.router.budget import Budgets, Claim
 from llama_operator.router.cluster import ClusterView
-from llama_operator.router.ext_proc import EndpointPicker, start_ext_proc, stop_ext_proc
+from llama_operator.router.ext_proc import EndpointPicker, ServingTls, start_ext_proc, stop_ext_proc
 from llama_operator.router.hold import Holding
 from llama_operator.router.intake import RejectedError, caller_of, error, read_body, source_address
 from llama_operator.router.load import PodLoad
@@ -341,6 +341,7 @@ async def serve(
     drain_seconds: float = 45.0,
     load_scrape_seconds: float = 2.0,
     ext_proc_port: int = 0,
+    ext_proc_tls: ServingTls | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT, then drain. `ext_proc_port`: where gateways reach it as their endpoint
     picker (0: not served)."""
@@ -370,8 +371,14 @@ async def serve(
             address,
             ext_proc_port,
             lambda: router.view.ready and router.draining_until is None,
+            ext_proc_tls,
         )
-        log.info("router: endpoint picker (ext_proc) on %s:%d", address, picker[1])
+        log.info(
+            "router: endpoint picker (ext_proc, %s) on %s:%d",
+            "TLS" if ext_proc_tls else "plaintext",
+            address,
+            picker[1],
+        )
     try:
         async with listening(router, address, port, admin_port, drain_seconds=drain_seconds):
             log.info("router: proxy on %s:%d, metrics and probes on :%d", address, port, admin_port)
