@@ -226,3 +226,40 @@ def test_the_picker_serves_tls_with_its_certificate(tmp_path: Path) -> None:
             assert destination(await ask(channel, chat("over tls"), subset=PODS_A)) in PODS_A
 
     asyncio.run(scenario())
+
+
+def test_a_pools_bodies_count_against_its_namespaces_share_while_read() -> None:
+    """A gateway reads a body to the picker as it comes: a pool's slow bodies take at most its namespace's
+    share of the router's buffered bytes (429 beyond), and another namespace's pool is served meanwhile."""
+
+    async def scenario() -> None:
+        limits = Limits(max_buffered_bytes=100_000, namespace_share=0.5)
+        async with picker(PoolView(), limits) as (channel, router):
+            sent: asyncio.Queue[Any] = asyncio.Queue()
+            sent.put_nowait(wire.request_headers({}, end=False, subset=PODS_A))
+            sent.put_nowait(wire.request_body(b"x" * 40_000, end=False))  # and the rest never comes
+
+            async def requests() -> AsyncIterator[Any]:
+                while (message := await sent.get()) is not None:
+                    yield message
+
+            slow = asyncio.create_task(_drain(wire.process_stream(channel)(requests())))
+            for _ in range(100):
+                if router.budgets.buffered_of.get("team-a") == 40_000:
+                    break
+                await asyncio.sleep(0.05)
+            assert router.budgets.buffered_of["team-a"] == 40_000
+            (answer,) = await ask(channel, chat("y" * 20_000), subset=PODS_A)
+            assert answer.status == 429 and b"team-a" in answer.body, answer
+            assert destination(await ask(channel, chat("y" * 20_000), subset=PODS_B)) in PODS_B
+            sent.put_nowait(None)  # the slow client leaves: its bytes go back
+            await slow
+            await asyncio.sleep(0.1)
+            assert router.stuck() == [], router.stuck()
+
+    asyncio.run(scenario())
+
+
+async def _drain(call: AsyncIterator[Any]) -> None:
+    async for _ in call:
+        pass

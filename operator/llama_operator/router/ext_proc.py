@@ -55,6 +55,7 @@ from llama_operator.router.routing import (
     ServiceKey,
     admit_stream,
     resolve,
+    share_of,
 )
 from llama_operator.router.upstream import Tries, Upstream
 
@@ -204,6 +205,7 @@ class _Stream:
         self.chunks: list[bytes] = []
         self.size = 0
         self.picked: tuple[str, Asked, Callable[[], None], float | None] | None = None
+        self.pool_namespace: str | None = None
         self.answered = False
         self.done = False
 
@@ -220,6 +222,7 @@ class _Stream:
         limits = self.picker.limits
         if message.kind == "request_headers":
             self.headers, self.subset = message.headers, message.subset
+            self.pool_namespace = self._pool_namespace()
             return await self._pick(b"", []) if message.end_of_stream else []
         if message.kind == "request_body":
             self.size += len(message.body)
@@ -234,7 +237,20 @@ class _Stream:
                     "this router holds too many request bodies now; retry",
                     retry_after=1,
                 )
-            self.claim.buffer(len(message.body))
+            namespace = self.pool_namespace
+            if namespace is not None:  # a pool's bodies, read at once by the gateway, within its share
+                share = share_of(limits, namespace, limits.max_buffered_bytes)
+                if self.picker.budgets.buffered_of[namespace] + len(message.body) > share:
+                    message_text = (
+                        f"namespace {namespace!r} has request bodies up to its share of this router"
+                    )
+                    raise RejectedError(
+                        429,
+                        "namespace_buffered_bytes",
+                        f"{message_text} ({share} bytes); retry",
+                        retry_after=1,
+                    )
+            self.claim.buffer(len(message.body), namespace)
             self.chunks.append(message.body)
             if not message.end_of_stream:
                 return []
@@ -247,6 +263,15 @@ class _Stream:
             self._first_byte()
             return body_chunks("response_body", message.body, message.end_of_stream)
         return []
+
+    def _pool_namespace(self) -> str | None:
+        """The namespace of the pool the gateway named by its subset (its bodies count against that
+        namespace's share while they are read); None without a subset (they count in the total only, as a
+        trusted gateway's on the HTTP path)."""
+        view = self.picker.view
+        keys = {view.service_of_endpoint(endpoint) for endpoint in self.subset or ()}
+        namespaces = {key[0] for key in keys if key is not None}
+        return namespaces.pop() if len(namespaces) == 1 else None
 
     async def _pick(self, data: bytes, then: list[Reply]) -> list[Reply]:
         picker = self.picker
