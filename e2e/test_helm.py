@@ -215,7 +215,9 @@ def test_watch_namespaces_as_a_string_or_a_list(cluster: Cluster, value: str, na
         ("create", "pods", "watched", False),
         ("create", "pods/exec", "watched", False),
         ("patch", "pods/status", "watched", True),  # the LoRA adapters' readiness gate
-        ("patch", "pods", "watched", False),
+        # The replicas' pod-deletion-cost and drain protection before a scale-down (reconcile/scale_down.py).
+        ("patch", "pods", "watched", True),
+        ("patch", "pods", "kube-system", False),
         ("list", "nodes", None, True),
         ("patch", "nodes", None, False),
         ("delete", "customresourcedefinitions", None, False),

@@ -56,9 +56,10 @@ in a pod's status (the LoRA adapters' readiness gate, set once the adapters are 
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, update, delete]
+# patch: before a scale-down, the replicas' pod-deletion-cost and drain protection (reconcile/scale_down.py).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]

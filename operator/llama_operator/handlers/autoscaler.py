@@ -23,7 +23,11 @@ from llama_operator.autoscale.policy import decide
 from llama_operator.autoscale.promql import ServiceKey, ServiceView
 from llama_operator.autoscale.signals import Signals, SignalStatus, slo_bucket
 from llama_operator.catalog.accelerators import accelerator
-from llama_operator.desired.labels import ACTIVATION_REQUESTED_ANNOTATION, LAST_ACTIVATION_ANNOTATION
+from llama_operator.desired.labels import (
+    ACTIVATION_REQUESTED_ANNOTATION,
+    LAST_ACTIVATION_ANNOTATION,
+    SERVICE_LABEL,
+)
 from llama_operator.handlers.events import post_events
 from llama_operator.handlers.indexes import Indexes, activator_route
 from llama_operator.handlers.memo import OperatorMemo
@@ -48,6 +52,7 @@ from llama_operator.reconcile.autoscaling import (
 )
 from llama_operator.reconcile.ownership import object_uid
 from llama_operator.reconcile.replicas import WorkloadReplicas
+from llama_operator.reconcile.scale_down import Replica, count_other_pods, scale_down_annotations
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +371,8 @@ def _scale(
 ) -> None:
     """The one write of an owned Deployment's replicas (its scale subresource, uid-checked)."""
     namespace, name = key
+    if replicas < current and str(deployment.get("kind") or "Deployment") == "Deployment":
+        _mark_scale_down(memo, key, remove=current - replicas)
     set_deployment_replicas(
         memo.kube,
         api_version=str(deployment.get("apiVersion") or "apps/v1"),
@@ -379,6 +386,31 @@ def _scale(
     report.replica_writes += 1
     memo.metrics.wrote(str(deployment.get("kind") or "Deployment"))  # a replicas-only write
     memo.metrics.scaled(namespace, name, current=current, replicas=replicas)
+
+
+def _mark_scale_down(memo: OperatorMemo, key: ServiceKey, *, remove: int) -> None:
+    """Before a scale-down: each replica's deletion cost is the other pods on its node, so the ReplicaSet
+    removes the one whose node can then go, and those leaving are kept from provisioners while they drain
+    (reconcile/scale_down.py). Best effort: a refused read or write leaves the ReplicaSet's own choice."""
+    namespace, name = key
+    try:
+        pods = memo.kube.list("v1", "Pod", namespace=namespace, label_selector=f"{SERVICE_LABEL}={name}")
+        live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        replicas = [Replica(p["metadata"]["name"], (p.get("spec") or {}).get("nodeName")) for p in live]
+        others = {
+            node: count_other_pods(memo.kube.pods_on_node(node), name)
+            for node in {r.node for r in replicas if r.node is not None}
+        }
+        for pod, annotations in scale_down_annotations(replicas, others, remove).items():
+            memo.kube.annotate_pod(namespace=namespace, name=pod, annotations=annotations)
+    except ApiException as err:
+        log.warning(
+            "autoscaler: %s/%s: replicas to remove not marked (%s %s)",
+            namespace,
+            name,
+            err.status,
+            err.reason,
+        )
 
 
 def _apply_outcome(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -242,6 +243,24 @@ class Kube:
             self._resource(api_version, kind), namespace=namespace, label_selector=label_selector
         )
         return [dict(item.to_dict()) for item in result.items]
+
+    def pods_on_node(self, node: str) -> builtins.list[dict[str, Any]]:
+        """Every pod bound to a node, in all namespaces (a field selector: one list, no watch)."""
+        result = self.dynamic.get(self._resource("v1", "Pod"), field_selector=f"spec.nodeName={node}")
+        return [dict(item.to_dict()) for item in result.items]
+
+    def annotate_pod(self, *, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge annotations into a pod's metadata; a pod gone meanwhile is no error."""
+        try:
+            self.dynamic.patch(
+                self._resource("v1", "Pod"),
+                name=name,
+                namespace=namespace,
+                body={"metadata": {"annotations": dict(annotations)}},
+                content_type="application/merge-patch+json",
+            )
+        except NotFoundError:
+            return
 
     def has_kind(self, api_version: str, kind: str) -> bool:
         try:
