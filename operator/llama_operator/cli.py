@@ -503,20 +503,7 @@ FILE_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="llama-operator",
-        description=__doc__,
-        epilog=f"Exit status: 0 done, {EXIT_INPUT_ERROR} the input is wrong (a manifest, a file, a plan "
-        f"that cannot work; one line on stderr says why), {EXIT_INTERNAL_ERROR} an internal error "
-        "(a bug; --debug shows the traceback).",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
-    parser.add_argument(
-        "--debug", action="store_true", help="on an internal error, print the traceback (for a bug report)"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
         help="run the operator (extra options go to `kopf run`)",
@@ -533,9 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
-    crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")
-    crd.set_defaults(func=cmd_crd)
 
+def _add_plan_and_render_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, func, help_text in (
         ("plan", cmd_plan, "print the plan for a LlamaService manifest"),
         ("render", cmd_render, "print the Kubernetes objects for a LlamaService manifest"),
@@ -575,6 +561,26 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(func=func)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llama-operator",
+        description=__doc__,
+        epilog=f"Exit status: 0 done, {EXIT_INPUT_ERROR} the input is wrong (a manifest, a file, a plan "
+        f"that cannot work; one line on stderr says why), {EXIT_INTERNAL_ERROR} an internal error "
+        "(a bug; --debug shows the traceback).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="on an internal error, print the traceback (for a bug report)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_run_command(sub)
+    crd = sub.add_parser("crd", help="print the generated CustomResourceDefinition")
+    crd.set_defaults(func=cmd_crd)
+
+    _add_plan_and_render_commands(sub)
     register_router_command(sub)
     return parser
 

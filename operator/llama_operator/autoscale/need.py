@@ -179,20 +179,26 @@ def _replicas_by_decode(
         if breached and tpot is not None:
             return Need(min(2 * ready, math.ceil(ready * tpot / judged)), _tpot_why(spec, tpot))
         return None
+    need = _decode_need(spec, signals, state, steps, tuning)
+    if breached and tpot is not None and need.replicas <= signals.ready_replicas:
+        return Need(ready + 1, _tpot_why(spec, tpot))
+    return need
+
+
+def _decode_need(
+    spec: AutoscalingSpec, signals: Signals, state: AutoscalerState, steps: StepModel, tuning: PolicyTuning
+) -> Need:
+    """The replicas whose decoding, at the batch each step keeps within the TPOT objective, serves the
+    output-token rate; more where steps carrying a prompt chunk break the objective on their own."""
+    slo = spec.slo
     context = _decode_context(signals, state)
     budget = (state.chunk_tokens or 0) + (state.max_num_seqs or 0)  # --max-num-batched-tokens
     # Sized for what the percentile read from vLLM's histogram shows met (catalog/vllm.py: between two
     # bounds it interpolates, so steps within the objective but over the bound below read as over it).
     objective = measurable_tpot(slo.tpot_seconds or 0.0)
-    # A step with a prompt chunk beside one sequence: the most prompt a step carries. Taken as over the
-    # objective within `chunk_step_margin` of it only where the calibration finds the steps slower than the
-    # plan's (the fit's own error, mu's above all, is about that much); at the plan's speed the planner
-    # sized that step, and a margin would read a step it keeps within the objective as one over it.
-    chunk_step = steps.step_seconds(1, context, budget - 1) if budget > 1 else 0.0
-    planned = plan_step_model(state)
-    planned_step = planned.step_seconds(1, context, budget - 1) if planned is not None and budget > 1 else 0.0
-    slower = chunk_step > planned_step * CALIBRATED_SLOWER
-    chunk_steps_over = chunk_step > objective * (tuning.chunk_step_margin if slower else 1.0)
+    chunk_step, chunk_steps_over = _chunk_step(
+        steps, state, context, budget=budget, objective=objective, tuning=tuning
+    )
 
     def per_replica(replicas: int) -> float:
         # Each replica prefills its share of the prompts too, which takes from its decoding time. Where a
@@ -204,10 +210,6 @@ def _replicas_by_decode(
             state.max_num_seqs,
             signals.prompt_token_rate / replicas,
         )
-
-    def chunk_share(replicas: int) -> float:
-        batch = max(1, math.ceil(signals.running_total / replicas))
-        return steps.chunk_step_token_share(batch, context, budget, signals.prompt_token_rate / replicas)
 
     if per_replica(spec.max_replicas) <= 0:
         return Need(spec.max_replicas + 1, f"no batch decodes {context:.0f}-token sequences within TPOT")
@@ -223,23 +225,64 @@ def _replicas_by_decode(
         f"{signals.generation_token_rate:.0f} output tok/s at ~{per_replica(by_throughput):.0f} tok/s per replica "
         f"within TPOT {slo.tpot_seconds:g}s need {by_throughput}"
     )
-    replicas = by_throughput
     if chunk_steps_over:
-        tail = (1.0 - slo.percentile / 100.0) * tuning.chunk_step_tail_share
-        by_share = next(
-            (n for n in range(1, spec.max_replicas + 1) if chunk_share(n) <= tail), spec.max_replicas + 1
+        by_share = _by_chunk_share(
+            spec, signals, steps, tuning, context=context, budget=budget, chunk_step=chunk_step
         )
-        if by_share > replicas:
-            replicas = by_share
-            why = (
-                f"a step carrying a prompt chunk takes ~{chunk_step * 1000:.0f}ms "
-                f"against TPOT {slo.tpot_seconds:g}s: {signals.prompt_token_rate:.0f} prompt tok/s need {replicas} "
-                f"replicas to keep the tokens of such steps under {tail:.1%}"
-            )
-    need = Need(replicas, why)
-    if breached and tpot is not None and replicas <= signals.ready_replicas:
-        return Need(ready + 1, _tpot_why(spec, tpot))
-    return need
+        if by_share.replicas > by_throughput:
+            return by_share
+    return Need(by_throughput, why)
+
+
+def _chunk_step(
+    steps: StepModel,
+    state: AutoscalerState,
+    context: float,
+    *,
+    budget: int,
+    objective: float,
+    tuning: PolicyTuning,
+) -> tuple[float, bool]:
+    """A step with a prompt chunk beside one sequence (the most prompt a step carries), and whether it is
+    taken as over the objective: within `chunk_step_margin` of it only where the calibration finds the steps
+    slower than the plan's (the fit's own error, mu's above all, is about that much); at the plan's speed
+    the planner sized that step, and a margin would read a step it keeps within the objective as one over
+    it."""
+    chunk_step = steps.step_seconds(1, context, budget - 1) if budget > 1 else 0.0
+    planned = plan_step_model(state)
+    planned_step = planned.step_seconds(1, context, budget - 1) if planned is not None and budget > 1 else 0.0
+    slower = chunk_step > planned_step * CALIBRATED_SLOWER
+    return chunk_step, chunk_step > objective * (tuning.chunk_step_margin if slower else 1.0)
+
+
+def _by_chunk_share(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    steps: StepModel,
+    tuning: PolicyTuning,
+    *,
+    context: float,
+    budget: int,
+    chunk_step: float,
+) -> Need:
+    """The replicas that keep the tokens of steps carrying a prompt chunk (each over the objective) under
+    `chunk_step_tail_share` of the objective's tail."""
+    slo = spec.slo
+
+    def chunk_share(replicas: int) -> float:
+        batch = max(1, math.ceil(signals.running_total / replicas))
+        return steps.chunk_step_token_share(batch, context, budget, signals.prompt_token_rate / replicas)
+
+    tail = (1.0 - slo.percentile / 100.0) * tuning.chunk_step_tail_share
+    replicas = next(
+        (n for n in range(1, spec.max_replicas + 1) if chunk_share(n) <= tail), spec.max_replicas + 1
+    )
+    return Need(
+        replicas,
+        f"a step carrying a prompt chunk takes ~{chunk_step * 1000:.0f}ms "
+        f"against TPOT {slo.tpot_seconds:g}s: {signals.prompt_token_rate:.0f} prompt tok/s need {replicas} "
+        f"replicas to keep the tokens of such steps under {tail:.1%}",
+    )
 
 
 def _decode_context(signals: Signals, state: AutoscalerState) -> float:
@@ -344,7 +387,6 @@ def _needed_replicas(
     are starting or joined within the signal window, so the queue is theirs to drain."""
     slo = spec.slo
     ready = max(signals.ready_replicas, 1)
-    current = signals.current_replicas
     needs: list[Need] = []
 
     if capacity is not None and signals.request_rate > 0 and signals.prompt_token_rate > 0:
@@ -383,21 +425,34 @@ def _needed_replicas(
         by_kv = math.ceil(signals.kv_cache_usage * ready / tuning.kv_usage_target)
         needs.append(Need(by_kv, f"KV cache {signals.kv_cache_usage:.0%} used"))
 
-    ttft = signals.ttft_percentile_seconds
-    if ttft is not None and ttft > slo.ttft_seconds:
-        stepped = 0
-        if capacity is None:
-            # No capacity estimate yet: step proportionally to the breach, at most doubling.
-            stepped = min(2 * ready, math.ceil(ready * ttft / slo.ttft_seconds))
-        elif breach_seconds >= 2 * signals.window_seconds:
-            # The model says these replicas suffice, yet the SLO has stayed broken for two whole windows
-            # with nothing starting (longer than a burst's backlog takes to show and clear): the model
-            # misses what limits them (decode, batch limits). Add one rather than hold a broken SLO
-            # below maxReplicas; the calibration catches up meanwhile.
-            stepped = ready + 1
-        if stepped > current:
-            needs.append(Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s"))
+    breach = _ttft_breach_need(spec, signals, capacity, breach_seconds=breach_seconds)
+    if breach is not None:
+        needs.append(breach)
 
     if not needs:
         return Need(spec.replica_bounds[0], "load within what the minimum serves")
     return max(needs, key=lambda n: n.replicas)
+
+
+def _ttft_breach_need(
+    spec: AutoscalingSpec, signals: Signals, capacity: float | None, *, breach_seconds: float
+) -> Need | None:
+    """More replicas than there are for a TTFT above the SLO the model does not explain; None otherwise."""
+    slo = spec.slo
+    ttft = signals.ttft_percentile_seconds
+    if ttft is None or ttft <= slo.ttft_seconds:
+        return None
+    ready = max(signals.ready_replicas, 1)
+    stepped = 0
+    if capacity is None:
+        # No capacity estimate yet: step proportionally to the breach, at most doubling.
+        stepped = min(2 * ready, math.ceil(ready * ttft / slo.ttft_seconds))
+    elif breach_seconds >= 2 * signals.window_seconds:
+        # The model says these replicas suffice, yet the SLO has stayed broken for two whole windows
+        # with nothing starting (longer than a burst's backlog takes to show and clear): the model
+        # misses what limits them (decode, batch limits). Add one rather than hold a broken SLO
+        # below maxReplicas; the calibration catches up meanwhile.
+        stepped = ready + 1
+    if stepped <= signals.current_replicas:
+        return None
+    return Need(stepped, f"TTFT p{slo.percentile:g} {ttft:.2f}s > SLO {slo.ttft_seconds:g}s")

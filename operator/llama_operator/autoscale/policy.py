@@ -52,13 +52,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from llama_operator.api.autoscaling import AutoscalerState
+from llama_operator.api.autoscaling import AutoscalerState, Recommendation
 from llama_operator.api.spec import AutoscalingSpec
 from llama_operator.api.times import rfc3339
 from llama_operator.autoscale.budget import sizing_share, update_budget
 from llama_operator.autoscale.calibration import calibrate
 from llama_operator.autoscale.decision import DEFAULT_TUNING, Decision, PolicyTuning
-from llama_operator.autoscale.need import Burst, idle_need, load_need, observe_burst, update_capacity
+from llama_operator.autoscale.need import Burst, Need, idle_need, load_need, observe_burst, update_capacity
 from llama_operator.autoscale.objective import judge_slo, persistent_breach_since
 from llama_operator.autoscale.signals import Signals, SignalStatus
 from llama_operator.autoscale.stabilize import (
@@ -172,67 +172,17 @@ def _serve(
     # The error budget sets how much of the SLO the wait is sized under (the rest is headroom).
     tuning = replace(tuning, slo_headroom=sizing_share(budget, tuning))
     breach_since = persistent_breach_since(slo_met, signals, state, now)
-    burst = Burst(None, None)
-    if signals.status is SignalStatus.IDLE:
-        need = idle_need(spec, idle_since, now)
-    else:
-        need = load_need(spec, signals, state, capacity, tuning, breach_since=breach_since, now=now)
-        burst = observe_burst(spec, signals, state, capacity, tuning, now=now)
-        if burst.acts(need, current, now, tuning) and burst.need is not None:
-            need = burst.need
-
+    need, burst = _need_now(
+        spec, signals, state, now, tuning, capacity=capacity, breach_since=breach_since, idle_since=idle_since
+    )
     recommended = min(max(need.replicas, low), high)
     history = remembered_history(
         spec, state, recommended, current=current, now=now, tuning=tuning, queued=need.queued
     )
-    window = stabilization_window(history, now, spec, tuning)
-    stabilized = highest_since(history, now - window)
-    limited = need.replicas > high
-    limited_message = f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}" if limited else None
-
-    desired, reason = current, f"steady at {current}: {need.why}"
-    if (
-        recommended > current
-        and not need.burst
-        and unconfirmed(
-            recommended,
-            history,
-            now,
-            signals=signals,
-            slo_met=slo_met,
-            capacity=capacity,
-            spec=spec,
-            tuning=tuning,
-            last_down=state.last_scale_down_time,
-        )
-    ):
-        reason = (
-            f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
-            f"{tuning.scale_up_confirm_seconds:.0f}s"
-        )
-        if history[-1].time == now:
-            # A rise this evaluation set, and held as noise: not evidence of a burst (`stabilization_window`).
-            history[-1] = history[-1].model_copy(update={"confirming": True})
-    elif recommended > current:
-        desired, reason = recommended, f"scale up {current} -> {recommended}: {need.why}"
-        rises = count_rises(recent_scale_ups(spec, state, now), signals.window_seconds)
-        ahead = climb_ahead(spec, state, now, tuning, rises=rises, recommended=recommended, high=high)
-        if ahead:
-            desired = recommended + ahead
-            reason = (
-                f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing "
-                f"({rises} rises before this one within the last {spec.scale_down_stabilization_seconds}s, "
-                "the need's floor risen)"
-            )
-            history = taken_ahead(history, now, desired, ahead)
-    elif recommended < current and burst.floor >= current and burst.need is not None:
-        reason = f"holding {current}: {need.why}, but {burst.need.why}"
-    elif recommended < current:
-        desired, reason = scale_down(
-            spec, tuning, current=current, need=need, stabilized=max(stabilized, burst.floor), window=window,
-            slo_met=slo_met, last_down=state.last_scale_down_time, now=now, low=low,
-        )  # fmt: skip
-
+    desired, reason, history = _move(
+        spec, signals, state, now, tuning, need=need, burst=burst, recommended=recommended, history=history,
+        slo_met=slo_met, capacity=capacity,
+    )  # fmt: skip
     remembered = {
         "recommendations": history,
         "slo_breach_since": breach_since,
@@ -243,14 +193,120 @@ def _serve(
         "idle_since": idle_since,
         "error_budget": budget,
     }
+    limited = need.replicas > high
     return Decision(
         desired_replicas=desired,
         reason=reason,
         state=_served_state(state, signals, now, current=current, desired=desired, remembered=remembered),
         needed_replicas=need.replicas,
         scaling_limited=limited,
-        limited_message=limited_message,
+        limited_message=f"SLO cannot be met at maxReplicas={high}: needs ~{need.replicas}"
+        if limited
+        else None,
         slo_met=slo_met,
+    )
+
+
+def _move(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+    *,
+    need: Need,
+    burst: Burst,
+    recommended: int,
+    history: list[Recommendation],
+    slo_met: bool | None,
+    capacity: float | None,
+) -> tuple[int, str, list[Recommendation]]:
+    """Up, down or hold towards the recommended replicas: the replicas, why, and the history remembered."""
+    current = signals.current_replicas
+    if recommended > current:
+        return _scale_up(
+            spec, signals, state, now, tuning, need=need, recommended=recommended, history=history,
+            slo_met=slo_met, capacity=capacity,
+        )  # fmt: skip
+    if recommended < current and burst.floor >= current and burst.need is not None:
+        return current, f"holding {current}: {need.why}, but {burst.need.why}", history
+    if recommended < current:
+        window = stabilization_window(history, now, spec, tuning)
+        stabilized = highest_since(history, now - window)
+        desired, reason = scale_down(
+            spec, tuning, current=current, need=need, stabilized=max(stabilized, burst.floor), window=window,
+            slo_met=slo_met, last_down=state.last_scale_down_time, now=now, low=spec.replica_bounds[0],
+        )  # fmt: skip
+        return desired, reason, history
+    return current, f"steady at {current}: {need.why}", history
+
+
+def _need_now(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+    *,
+    capacity: float | None,
+    breach_since: float | None,
+    idle_since: float | None,
+) -> tuple[Need, Burst]:
+    """The replicas the load needs (the burst window's when a burst acts), and what the burst window says."""
+    if signals.status is SignalStatus.IDLE:
+        return idle_need(spec, idle_since, now), Burst(None, None)
+    need = load_need(spec, signals, state, capacity, tuning, breach_since=breach_since, now=now)
+    burst = observe_burst(spec, signals, state, capacity, tuning, now=now)
+    if burst.acts(need, signals.current_replicas, now, tuning) and burst.need is not None:
+        need = burst.need
+    return need, burst
+
+
+def _scale_up(
+    spec: AutoscalingSpec,
+    signals: Signals,
+    state: AutoscalerState,
+    now: float,
+    tuning: PolicyTuning,
+    *,
+    need: Need,
+    recommended: int,
+    history: list[Recommendation],
+    slo_met: bool | None,
+    capacity: float | None,
+) -> tuple[int, str, list[Recommendation]]:
+    """More replicas are recommended: held while the rise is within the noise and unconfirmed, else taken
+    (a step ahead when the load is climbing). The replicas, why, and the history as remembered."""
+    current = signals.current_replicas
+    if not need.burst and unconfirmed(
+        recommended, history, now, signals=signals, slo_met=slo_met, capacity=capacity, spec=spec,
+        tuning=tuning, last_down=state.last_scale_down_time,
+    ):  # fmt: skip
+        if history[-1].time == now:
+            # A rise this evaluation set, and held as noise: not evidence of a burst (`stabilization_window`).
+            history[-1] = history[-1].model_copy(update={"confirming": True})
+        return (
+            current,
+            (
+                f"holding {current}: {need.why}; a rise of {recommended - current} is taken once it has held "
+                f"{tuning.scale_up_confirm_seconds:.0f}s"
+            ),
+            history,
+        )
+    rises = count_rises(recent_scale_ups(spec, state, now), signals.window_seconds)
+    high = spec.replica_bounds[1]
+    ahead = climb_ahead(spec, state, now, tuning, rises=rises, recommended=recommended, high=high)
+    if not ahead:
+        return recommended, f"scale up {current} -> {recommended}: {need.why}", history
+    desired = recommended + ahead
+    return (
+        desired,
+        (
+            f"scale up {current} -> {desired}: {need.why}; {ahead} ahead of it: the load is climbing "
+            f"({rises} rises before this one within the last {spec.scale_down_stabilization_seconds}s, "
+            "the need's floor risen)"
+        ),
+        taken_ahead(history, now, desired, ahead),
     )
 
 

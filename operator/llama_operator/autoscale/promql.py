@@ -162,6 +162,27 @@ def _buckets_by_service(
     return {k: sorted(v) for k, v in out.items()}
 
 
+@dataclass(frozen=True)
+class _CycleResults:
+    """One cycle's query results by query name and service, with the percentiles of the histograms and
+    the rates of requests within each TTFT bound."""
+
+    per: Mapping[str, Mapping[ServiceKey, float]]
+    buckets: Mapping[str, Mapping[ServiceKey, list[tuple[float, float]]]]
+    within_by_bound: Mapping[ServiceKey, list[tuple[float, float]]]
+
+    def value(self, name: str, key: ServiceKey) -> float | None:
+        return self.per.get(name, {}).get(key)
+
+    def percentile(self, histogram: str, key: ServiceKey, percentile: float) -> float | None:
+        # Prometheus' answer (no observation in the window: NaN, dropped) or, from the bucket rates, ours.
+        name = quantile_query_name(histogram, percentile)
+        if name in self.per:
+            return self.per[name].get(key)
+        rates = self.buckets[histogram].get(key)
+        return histogram_quantile(percentile / 100.0, rates) if rates is not None else None
+
+
 def assemble_signals(
     results: Mapping[str, Sequence[Sample]],
     services: Mapping[ServiceKey, ServiceView],
@@ -172,66 +193,74 @@ def assemble_signals(
 ) -> dict[ServiceKey, Signals]:
     """Signals per service from one cycle's query results. A query that failed is absent from `results`;
     so is the burst window's, unless `burst_window_seconds` asked for it (the burst response then rests)."""
-    per = {
-        name: _by_service(results.get(name, ()), labels)
-        for name in results
-        if name not in _BUCKET_QUERIES and name != "ttft_within"
+    cycle = _CycleResults(
+        per={
+            name: _by_service(results.get(name, ()), labels)
+            for name in results
+            if name not in _BUCKET_QUERIES and name != "ttft_within"
+        },
+        buckets={
+            name: _buckets_by_service(results.get(f"{name}_buckets", ()), labels) for name in _HISTOGRAMS
+        },
+        within_by_bound=_buckets_by_service(results.get("ttft_within", ()), labels),
+    )
+    return {
+        key: _service_signals(
+            cycle, key, view, window_seconds=window_seconds, burst_window_seconds=burst_window_seconds
+        )
+        for key, view in services.items()
     }
-    within_by_bound = _buckets_by_service(results.get("ttft_within", ()), labels)
-    buckets = {name: _buckets_by_service(results.get(f"{name}_buckets", ()), labels) for name in _HISTOGRAMS}
 
-    def percentile_of(histogram: str, key: ServiceKey, percentile: float) -> float | None:
-        # Prometheus' answer (no observation in the window: NaN, dropped) or, from the bucket rates, ours.
-        name = quantile_query_name(histogram, percentile)
-        if name in per:
-            return per[name].get(key)
-        rates = buckets[histogram].get(key)
-        return histogram_quantile(percentile / 100.0, rates) if rates is not None else None
 
-    out: dict[ServiceKey, Signals] = {}
-    for key, view in services.items():
-        burst_rate = per.get("burst_request_rate", {}).get(key)
-        burst_prompt = per.get("burst_prompt_tokens", {}).get(key)
-        burst = bool(burst_window_seconds) and burst_rate is not None and burst_prompt is not None
-        counts = {
-            "ready_replicas": view.ready_replicas,
-            "starting_replicas": view.starting_replicas,
-            "current_replicas": view.current_replicas,
-        }
-        up = per.get("targets_up", {}).get(key)
-        waiting = per.get("waiting", {}).get(key)
-        rate = per.get("request_rate", {}).get(key)
-        # Missing series or no healthy target is "no data", never "no load" (KEDA's empty-result-as-0 bug).
-        if up is None or up < 1 or waiting is None or rate is None:
-            out[key] = Signals.no_data(**counts, window_seconds=window_seconds)
-            continue
-        running = per.get("running", {}).get(key, 0.0)
-        ttft = percentile_of("ttft", key, view.percentile)
-        tpot = percentile_of("tpot", key, view.percentile)
-        prompt = percentile_of("prompt", key, view.percentile)
-        idle = rate <= 0 and waiting <= 0 and running <= 0
-        out[key] = Signals(
-            status=SignalStatus.IDLE if idle else SignalStatus.OK,
-            ttft_percentile_seconds=ttft if rate > 0 else None,
-            queue_waiting_total=waiting,
-            running_total=running,
-            kv_cache_usage=per.get("kv_cache", {}).get(key, 0.0),
-            request_rate=rate,
-            prompt_token_rate=per.get("prompt_tokens", {}).get(key, 0.0),
-            generation_token_rate=per.get("generation_tokens", {}).get(key, 0.0),
-            window_seconds=window_seconds,
-            tpot_percentile_seconds=tpot,
-            prompt_tokens_percentile=prompt,
+def _service_signals(
+    cycle: _CycleResults,
+    key: ServiceKey,
+    view: ServiceView,
+    *,
+    window_seconds: float,
+    burst_window_seconds: float | None,
+) -> Signals:
+    """One service's signals from the cycle's results."""
+    burst_rate = cycle.value("burst_request_rate", key)
+    burst_prompt = cycle.value("burst_prompt_tokens", key)
+    burst = bool(burst_window_seconds) and burst_rate is not None and burst_prompt is not None
+    up, waiting, rate = (
+        cycle.value("targets_up", key),
+        cycle.value("waiting", key),
+        cycle.value("request_rate", key),
+    )
+    # Missing series or no healthy target is "no data", never "no load" (KEDA's empty-result-as-0 bug).
+    if up is None or up < 1 or waiting is None or rate is None:
+        return Signals.no_data(
             ready_replicas=view.ready_replicas,
             starting_replicas=view.starting_replicas,
             current_replicas=view.current_replicas,
-            burst_request_rate=burst_rate if burst else None,
-            burst_prompt_token_rate=burst_prompt if burst else None,
-            burst_window_seconds=burst_window_seconds if burst else None,
-            mean_inter_token_seconds=per.get("mean_inter_token", {}).get(key),
-            within_slo_request_rate=_at_bound(within_by_bound.get(key), view.ttft_bound),
+            window_seconds=window_seconds,
         )
-    return out
+    running = cycle.per.get("running", {}).get(key, 0.0)
+    ttft = cycle.percentile("ttft", key, view.percentile)
+    idle = rate <= 0 and waiting <= 0 and running <= 0
+    return Signals(
+        status=SignalStatus.IDLE if idle else SignalStatus.OK,
+        ttft_percentile_seconds=ttft if rate > 0 else None,
+        queue_waiting_total=waiting,
+        running_total=running,
+        kv_cache_usage=cycle.per.get("kv_cache", {}).get(key, 0.0),
+        request_rate=rate,
+        prompt_token_rate=cycle.per.get("prompt_tokens", {}).get(key, 0.0),
+        generation_token_rate=cycle.per.get("generation_tokens", {}).get(key, 0.0),
+        window_seconds=window_seconds,
+        tpot_percentile_seconds=cycle.percentile("tpot", key, view.percentile),
+        prompt_tokens_percentile=cycle.percentile("prompt", key, view.percentile),
+        ready_replicas=view.ready_replicas,
+        starting_replicas=view.starting_replicas,
+        current_replicas=view.current_replicas,
+        burst_request_rate=burst_rate if burst else None,
+        burst_prompt_token_rate=burst_prompt if burst else None,
+        burst_window_seconds=burst_window_seconds if burst else None,
+        mean_inter_token_seconds=cycle.value("mean_inter_token", key),
+        within_slo_request_rate=_at_bound(cycle.within_by_bound.get(key), view.ttft_bound),
+    )
 
 
 def _at_bound(rates: Sequence[tuple[float, float]] | None, bound: float | None) -> float | None:

@@ -232,12 +232,10 @@ def node_placement(plan: Plan, settings: Settings) -> dict[str, Any]:
     return placement
 
 
-def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool) -> Manifest:
-    name = svc.metadata.name
-    annotations = dict(settings.pod_annotations)
-    if not pod_monitor:
-        annotations.update(scrape_annotations())
-    container: dict[str, Any] = {
+def _vllm_container(svc: LlamaService, plan: Plan, settings: Settings) -> Manifest:
+    """The vLLM server's container: the plan's image and arguments, its probes, mounts and a restricted
+    security context."""
+    return {
         "name": CONTAINER_NAME,
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
@@ -266,6 +264,14 @@ def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+
+
+def build_pod_template(svc: LlamaService, plan: Plan, settings: Settings, *, pod_monitor: bool) -> Manifest:
+    name = svc.metadata.name
+    annotations = dict(settings.pod_annotations)
+    if not pod_monitor:
+        annotations.update(scrape_annotations())
+    container = _vllm_container(svc, plan, settings)
     pod_spec: dict[str, Any] = {
         **({"readinessGates": [{"conditionType": ADAPTERS_READINESS_GATE}]} if plan.max_loras > 0 else {}),
         **({"initContainers": [node_cache_owner_container(plan.image)]} if node_local_cache(svc) else {}),

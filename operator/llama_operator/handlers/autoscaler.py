@@ -179,20 +179,7 @@ def autoscale_cycle(
     if not services:
         metrics.refresh_backlog.set(0)
         return report
-    source = memo.prometheus
-    error: str | None = None
-    sent = source.queries
-    try:
-        views = {key: view for key, _, _, view in services}
-        signals = source.fetch(
-            views,
-            window_seconds=memo.settings.signal_window_seconds,
-            burst_window_seconds=memo.settings.burst_window_seconds or None,
-        )
-    except PrometheusUnavailableError as err:
-        signals, error = {}, str(err)
-        metrics.prometheus_errors.inc()
-    report.queries = source.queries - sent
+    signals, error = _fetch_signals(memo, report, {key: view for key, _, _, view in services})
     ready = activator_route(indexes.endpoint_slices) is not None
     due: list[DueRefresh] = []
     for key, body, deployment, view in services:
@@ -200,18 +187,9 @@ def autoscale_cycle(
         # cost the others their decision this cycle: it is logged, and the next cycle decides again.
         with _one_service(report, metrics, key), memory.written.writer(key):
             refresh = _autoscale_one(
-                memo,
-                memory,
-                report,
-                key=key,
-                body=body,
-                deployment=deployment,
-                view=view,
-                signals=signals,
-                error=error,
-                now=now,
-                ready=ready,
-            )
+                memo, memory, report, key=key, body=body, deployment=deployment, view=view, signals=signals,
+                error=error, now=now, ready=ready,
+            )  # fmt: skip
             if refresh is not None:
                 due.append(refresh)
     _write_refreshes(memo, memory, report, due)
@@ -448,6 +426,63 @@ def _apply_outcome(
     return write
 
 
+def _fetch_signals(
+    memo: OperatorMemo, report: CycleReport, views: dict[ServiceKey, ServiceView]
+) -> tuple[dict[ServiceKey, Signals], str | None]:
+    """This cycle's signals of every service from Prometheus, or none and why (the policy then holds)."""
+    source = memo.prometheus
+    sent = source.queries
+    try:
+        signals = source.fetch(
+            views,
+            window_seconds=memo.settings.signal_window_seconds,
+            burst_window_seconds=memo.settings.burst_window_seconds or None,
+        )
+        error = None
+    except PrometheusUnavailableError as err:
+        signals, error = {}, str(err)
+        memo.metrics.prometheus_errors.inc()
+    report.queries = source.queries - sent
+    return signals, error
+
+
+def _still_blind(
+    memory: AutoscalerMemory, metrics: OperatorMetrics, key: ServiceKey, inputs: object, *, now: float
+) -> bool:
+    """Nothing changed since a decision held without data: its observation is refreshed, nothing decided."""
+    held = memory.blind.pop(key, None)
+    if held is None or held.inputs != inputs:
+        return False
+    metrics.observe(replace(held.observation, no_data_seconds=max(0.0, now - held.no_data_since)))
+    memory.blind[key] = held
+    return True
+
+
+def _blind(
+    seen: Signals, decision: Decision, view: ServiceView, outcome: AutoscaleOutcome, write: StatusWrite | None
+) -> bool:
+    """A decision held without data that changed nothing: until its inputs change, the next is the same."""
+    return (
+        seen.status is SignalStatus.NO_DATA
+        and decision.no_data
+        and view.current_replicas > 0  # at zero, waking is timed
+        and outcome.replicas is None
+        and not outcome.events
+        and write is None
+    )
+
+
+def _autoscaled_spec(
+    memo: OperatorMemo, memory: AutoscalerMemory, key: ServiceKey, body: dict[str, Any]
+) -> LlamaServiceSpec | None:
+    """The LlamaService's spec (the operator's default objective filled in); None when it is bad: the
+    reconciler reports that."""
+    try:
+        return memory.spec(key, body, default_objective=memo.settings.slo_objective)
+    except InvalidSpecError:
+        return None
+
+
 def _autoscale_one(
     memo: OperatorMemo,
     memory: AutoscalerMemory,
@@ -464,14 +499,9 @@ def _autoscale_one(
 ) -> DueRefresh | None:
     """Decide for one LlamaService and write what changed; an observation refresh is returned instead,
     for the cycle to write within its budget."""
-    metrics: OperatorMetrics = memo.metrics
     wall = datetime.fromtimestamp(now, UTC)
-    activator_ready = ready
-    try:
-        spec = memory.spec(key, body, default_objective=memo.settings.slo_objective)
-    except InvalidSpecError:
-        return None  # the reconciler reports a bad spec
-    if spec.autoscaling is None:
+    spec = _autoscaled_spec(memo, memory, key, body)
+    if spec is None or spec.autoscaling is None:
         return None
     uid = str(body["metadata"].get("uid"))
     annotations = body["metadata"].get("annotations") or {}
@@ -479,15 +509,12 @@ def _autoscale_one(
         signals.get(key),
         view,
         annotations,
-        activator_available=activator_ready,
+        activator_available=ready,
         window_seconds=memo.settings.signal_window_seconds,
     )
     status = memory.written.current(key, body)
     inputs = (uid, body["metadata"].get("resourceVersion"), status, seen, view, error)
-    held = memory.blind.pop(key, None)
-    if held is not None and held.inputs == inputs:
-        metrics.observe(replace(held.observation, no_data_seconds=max(0.0, now - held.no_data_since)))
-        memory.blind[key] = held
+    if _still_blind(memory, memo.metrics, key, inputs, now=now):
         return None
     decision = decide(spec.autoscaling, seen, memory.state(key, uid, status), now)
     memory.states[key] = (uid, decision.state)
@@ -506,20 +533,12 @@ def _autoscale_one(
     observation = _observation(
         key, spec.autoscaling, view=view, seen=seen, decision=decision, outcome=outcome, now=now
     )
-    metrics.observe(observation)
+    memo.metrics.observe(observation)
     write = _apply_outcome(
         memo, memory, report, key=key, body=body, deployment=deployment, status=status,
         outcome=outcome, current=view.current_replicas, reason=decision.reason, wall=wall,
     )  # fmt: skip
-    if (
-        seen.status is SignalStatus.NO_DATA
-        and decision.no_data
-        and no_data_since is not None
-        and view.current_replicas > 0  # at zero, waking is timed
-        and outcome.replicas is None
-        and not outcome.events
-        and write is None
-    ):
+    if no_data_since is not None and _blind(seen, decision, view, outcome, write):
         memory.blind[key] = BlindHold(inputs=inputs, observation=observation, no_data_since=no_data_since)
     if write is StatusWrite.REFRESH:
         return DueRefresh(key=key, body=body, decided_from=status, patch=outcome.status_patch)

@@ -28,6 +28,7 @@ from llama_operator.reconcile.drift import merge_patch_changes
 from llama_operator.reconcile.engine import engine_replanned_event
 from llama_operator.reconcile.execution import (
     Event,
+    ExecutionReport,
     ObjectRef,
     degraded_event,
     inference_pool_event,
@@ -170,6 +171,42 @@ def _reconcile(
     return result
 
 
+def _execute(
+    memo: OperatorMemo, indexes: Indexes, desired: DesiredState, *, namespace: str, owner_uid: str
+) -> ExecutionReport:
+    """Apply the desired objects as this operator's field manager, reading the live ones from the indexes."""
+    settings = memo.settings
+    return execute(
+        memo.kube,
+        desired,
+        namespace=namespace,
+        owner_uid=owner_uid,
+        field_manager=settings.field_manager,
+        own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
+        live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
+    )
+
+
+def _count_writes(memo: OperatorMemo, report: ExecutionReport) -> None:
+    """The writes by kind and the API server's refusals by kind and status, as metrics."""
+    for kind, count in {**report.writes_by_kind}.items():
+        memo.metrics.wrote(kind, count)
+    for rejection in report.rejections:
+        memo.metrics.api_error(rejection.ref.kind, rejection.status)
+
+
+def _inference_pool(desired: DesiredState, namespace: str) -> ObjectRef | None:
+    """The InferencePool among the desired objects, where one is made."""
+    return next(
+        (
+            ObjectRef(o["kind"], namespace, o["metadata"]["name"])
+            for o in desired.objects
+            if o["kind"] == "InferencePool"
+        ),
+        None,
+    )
+
+
 def _converge(
     key: OwnerKey,
     body: dict[str, Any],
@@ -186,36 +223,21 @@ def _converge(
     """Apply the desired objects and add what it did to the status (None: the namespace is going)."""
     namespace, _ = key
     meta = body["metadata"]
-    settings = memo.settings
-    report = execute(
-        memo.kube,
-        desired,
-        namespace=namespace,
-        owner_uid=str(meta.get("uid") or ""),
-        field_manager=settings.field_manager,
-        own_managers=frozenset({settings.field_manager, settings.autoscaler_field_manager}),
-        live=lambda kind, obj_name: indexes.owned(kind, namespace, obj_name),
-    )
+    report = _execute(memo, indexes, desired, namespace=namespace, owner_uid=str(meta.get("uid") or ""))
     if report.namespace_terminating:
         return None
     deployment = indexes.workload(key, meta.get("uid"))
     parsed = service_spec(body)  # valid: desired objects were built from it
     result.replicas_out_of_bounds = replicas_out_of_bounds(parsed, deployment)
     result.writes = report.writes
-    for kind, count in {**report.writes_by_kind}.items():
-        memo.metrics.wrote(kind, count)
-    for rejection in report.rejections:
-        memo.metrics.api_error(rejection.ref.kind, rejection.status)
-    pool = next(
-        (
-            ObjectRef(o["kind"], namespace, o["metadata"]["name"])
-            for o in desired.objects
-            if o["kind"] == "InferencePool"
-        ),
-        None,
-    )
+    _count_writes(memo, report)
     status = report_execution(
-        before, status, report, now=now, generation=meta.get("generation"), inference_pool=pool
+        before,
+        status,
+        report,
+        now=now,
+        generation=meta.get("generation"),
+        inference_pool=_inference_pool(desired, namespace),
     )
     status.update(
         rollout_status(

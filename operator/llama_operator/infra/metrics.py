@@ -88,6 +88,41 @@ class Holding:
     price_per_gpu_hour: float | None
 
 
+# The per-LlamaService gauges (observability/names.py PER_SERVICE_GAUGES), with their help texts.
+PER_SERVICE_HELP: tuple[tuple[str, str], ...] = (
+    ("desired_replicas", "Replicas the autoscaler wants (within min/max)."),
+    ("current_replicas", "The Deployment's spec.replicas."),
+    ("ready_replicas", "Replicas ready and serving."),
+    ("min_replicas", "spec.autoscaling.minReplicas."),
+    ("max_replicas", "spec.autoscaling.maxReplicas."),
+    ("ttft_observed_seconds", "Observed TTFT at the SLO's percentile over the signal window."),
+    ("slo_ttft_seconds", "The TTFT objective (spec.autoscaling.slo.ttftSeconds)."),
+    (
+        "slo_objective_ratio",
+        "Share of requests that must meet the latency objectives over the objective's window "
+        "(spec.autoscaling.slo.objective, else the operator's config.sloObjective): 1 - it is the "
+        "error budget the burn-rate alerts and the dashboard measure.",
+    ),
+    (
+        "slo_objective_window_seconds",
+        "The window the objective is kept over (spec.autoscaling.slo.objectiveWindow), in seconds.",
+    ),
+    (
+        "slo_met",
+        "1 when the observed TTFT percentile is within the SLO, 0 when not (absent: no data).",
+    ),
+    ("signal_no_data_seconds", "Seconds since the autoscaler last had signals (0 when it has them)."),
+    ("scaled_to_zero", "1 while the LlamaService is scaled to zero (idle, no replica), else 0."),
+    (
+        "activation_seconds",
+        "The last wake from zero: first request the activator held to its first token (absent: none).",
+    ),
+    ("slo_tpot_seconds", "The TPOT objective (spec.autoscaling.slo.tpotSeconds; absent: none)."),
+    ("gpus", "GPUs held: replicas x GPUs per replica."),
+    ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
+)
+
+
 class OperatorMetrics:
     """The operator's metrics in a registry of their own (tests build fresh ones)."""
 
@@ -154,41 +189,9 @@ class OperatorMetrics:
 
     def _define_service_series(self, r: CollectorRegistry) -> None:
         """Per LlamaService: replicas, the SLO and its observation, GPUs held, readiness; unknown GPUs."""
-        per_service: list[tuple[str, str]] = [
-            ("desired_replicas", "Replicas the autoscaler wants (within min/max)."),
-            ("current_replicas", "The Deployment's spec.replicas."),
-            ("ready_replicas", "Replicas ready and serving."),
-            ("min_replicas", "spec.autoscaling.minReplicas."),
-            ("max_replicas", "spec.autoscaling.maxReplicas."),
-            ("ttft_observed_seconds", "Observed TTFT at the SLO's percentile over the signal window."),
-            ("slo_ttft_seconds", "The TTFT objective (spec.autoscaling.slo.ttftSeconds)."),
-            (
-                "slo_objective_ratio",
-                "Share of requests that must meet the latency objectives over the objective's window "
-                "(spec.autoscaling.slo.objective, else the operator's config.sloObjective): 1 - it is the "
-                "error budget the burn-rate alerts and the dashboard measure.",
-            ),
-            (
-                "slo_objective_window_seconds",
-                "The window the objective is kept over (spec.autoscaling.slo.objectiveWindow), in seconds.",
-            ),
-            (
-                "slo_met",
-                "1 when the observed TTFT percentile is within the SLO, 0 when not (absent: no data).",
-            ),
-            ("signal_no_data_seconds", "Seconds since the autoscaler last had signals (0 when it has them)."),
-            ("scaled_to_zero", "1 while the LlamaService is scaled to zero (idle, no replica), else 0."),
-            (
-                "activation_seconds",
-                "The last wake from zero: first request the activator held to its first token (absent: none).",
-            ),
-            ("slo_tpot_seconds", "The TPOT objective (spec.autoscaling.slo.tpotSeconds; absent: none)."),
-            ("gpus", "GPUs held: replicas x GPUs per replica."),
-            ("gpu_price_per_hour", "Price of one GPU-hour of the LlamaService's accelerator."),
-        ]
         self.service_gauges: dict[str, Gauge] = {
             name: Gauge(n.PER_SERVICE_GAUGES[name], help_text, SERVICE_LABELS, registry=r)
-            for name, help_text in per_service
+            for name, help_text in PER_SERVICE_HELP
         }
         # Seconds, the base unit: GPU-hours are increase(...) / 3600.
         self.gpu_seconds = Counter(

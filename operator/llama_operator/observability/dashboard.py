@@ -392,6 +392,34 @@ def _variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
+# Grafana's own annotation and the autoscaler's decisions, marked on every time panel.
+ANNOTATIONS: dict[str, Any] = {
+    "list": [
+        {
+            "builtIn": 1,
+            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True,
+            "hide": True,
+            "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts",
+            "type": "dashboard",
+        },
+        {
+            "name": "Autoscaler decisions",
+            "datasource": DATASOURCE,
+            "enable": True,
+            "iconColor": "orange",
+            "expr": DECISIONS_ANNOTATION.expr,
+            "step": "1m",
+            "titleFormat": DECISIONS_ANNOTATION.legend,
+            "textFormat": "the autoscaler changed the replica count",
+            "tagKeys": "direction",
+            "useValueForTime": False,
+        },
+    ]
+}
+
+
 def dashboard() -> dict[str, Any]:
     # `up` of the vLLM targets carries both labels even while a replica is down or has served nothing.
     scraped = f'{n.PROMETHEUS_UP}{{{n.SVC}!=""}}'
@@ -427,31 +455,7 @@ def dashboard() -> dict[str, Any]:
                 ),
             ]
         },
-        "annotations": {
-            "list": [
-                {
-                    "builtIn": 1,
-                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                    "enable": True,
-                    "hide": True,
-                    "iconColor": "rgba(0, 211, 255, 1)",
-                    "name": "Annotations & Alerts",
-                    "type": "dashboard",
-                },
-                {
-                    "name": "Autoscaler decisions",
-                    "datasource": DATASOURCE,
-                    "enable": True,
-                    "iconColor": "orange",
-                    "expr": DECISIONS_ANNOTATION.expr,
-                    "step": "1m",
-                    "titleFormat": DECISIONS_ANNOTATION.legend,
-                    "textFormat": "the autoscaler changed the replica count",
-                    "tagKeys": "direction",
-                    "useValueForTime": False,
-                },
-            ]
-        },
+        "annotations": ANNOTATIONS,
         "panels": _layout([("LlamaService", SERVICE_PANELS), ("Operator", OPERATOR_PANELS)]),
     }
 

@@ -171,6 +171,19 @@ def _choose_auto(
                     f"({candidate.price(config):.2f}/h relative price)"
                 )
                 return sized, notes
+    raise _nothing_fits(request, config, inventory, present=present, multi=multi)
+
+
+def _nothing_fits(
+    request: Request,
+    config: PlanningConfig,
+    inventory: Inventory | None,
+    *,
+    present: list[Candidate],
+    multi: list[Candidate],
+) -> PlanningError:
+    """Why auto found nothing (raised at once where the TPOT objective, not memory, is the reason): what is
+    present and the smallest option that would fit (with FP8 where it would plan)."""
     placed = [
         place_candidate(option, config, inventory).candidate if inventory is not None else option
         for option in present
@@ -184,12 +197,12 @@ def _choose_auto(
         raise PlanningError(f"{error.message}; {fp8.removesuffix('; ')}") from None
     if inventory is not None:
         unknown = f"; {unknown_gpus_note(inventory)}" if inventory.unknown_gpus else ""
-        raise PlanningError(
+        return PlanningError(
             f"no accelerator present in the cluster fits {request.model_name} (present: "
             f"{inventory.describe()}); "
             f"{fp8}{smallest_fitting(request, config)}{unknown}"
         )
-    raise PlanningError(
+    return PlanningError(
         f"no accelerator in the catalog fits {request.model_name}: {fp8}{smallest_fitting(request, config)}"
     )
 

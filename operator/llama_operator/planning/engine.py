@@ -234,46 +234,16 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
         if accel.is_gpu
         else _cpu_memory(request, config, weights=weights + draft_weight_bytes(request, dtype), kv_dtype_bytes=kv_dtype_bytes, required=required, notes=notes, lora=lora)
     )  # fmt: skip
-    kv_tokens = memory.kv_cache_tokens
-    override = request.extra.num_gpu_blocks_override
-    if override is not None:
-        kv_tokens = override * KV_BLOCK_TOKENS
-        notes.append(f"KV cache fixed by --num-gpu-blocks-override {override}: {kv_tokens} tokens")
-        if request.max_model_len is not None and request.max_model_len > kv_tokens:
-            raise PlanningError(
-                f"engine.maxModelLen {request.max_model_len} exceeds the {kv_tokens} tokens that "
-                f"--num-gpu-blocks-override {override} leaves; the largest maxModelLen that fits is "
-                f"{largest_max_model_len(kv_tokens, shape.max_context)}"
-            )
-
-    factors = _measured_factors(request, candidate)
-    # W8A8 FP8 runs the prompt's matrix math on FP8 tensor cores: twice the dense FP16 rate on Ada, Hopper
-    # and Blackwell (NVIDIA's data sheets: L4 242 against 121 TFLOPS, H100 SXM 1979 against 989).
-    fp8_cores = request.quantization is Quantization.FP8 and fp8_kernel(accel) == "W8A8"
-    steps = _step_model(
-        candidate,
-        weights,
-        memory.kv_bytes_per_token,
-        shape,
-        eager=memory.enforce_eager,
-        factors=factors,
-        compute_speedup=FP8_TENSOR_CORE_SPEEDUP if fp8_cores else 1.0,
-    )
+    kv_tokens = _kv_tokens(request, memory, notes)
+    steps = _planned_steps(request, candidate, weights, memory)
     tuning = tpot_tuning(request, candidate, steps, config)
     max_model_len = _max_model_len(request, candidate, kv_tokens, tuning, required=required, notes=notes)
     max_num_seqs = _max_num_seqs(
         request, config, kv_tokens, max_model_len, tuning, ceiling=memory.max_num_seqs_ceiling, notes=notes
     )
-    chunk = 0
-    if request.extra.max_num_batched_tokens is not None:
-        chunk = request.extra.max_num_batched_tokens
-        notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
-    elif request.slo is not None and candidate.accelerator.is_gpu:
-        per_decode = request.draft.tokens_per_decode if request.draft is not None else 1
-        chunk, why = chunk_budget(
-            request.slo, steps, max_num_seqs, config, tuning, tokens_per_decode=per_decode
-        )
-        notes.append(f"maxNumBatchedTokens {chunk}: {why}")
+    chunk = _step_budget(
+        request, candidate, steps, max_num_seqs=max_num_seqs, config=config, tuning=tuning, notes=notes
+    )
     if request.slo is not None and candidate.accelerator.is_gpu:
         budget = chunk or DEFAULT_MAX_NUM_BATCHED_TOKENS
         notes.append(longest_prompt_note(steps, budget, request.slo.ttft_seconds, max_model_len))
@@ -295,6 +265,64 @@ def size_engine(request: Request, candidate: Candidate, config: PlanningConfig) 
         enforce_eager=memory.enforce_eager and request.extra.enforce_eager is None,
         lora=lora,
     )
+
+
+def _kv_tokens(request: Request, memory: _Memory, notes: list[str]) -> int:
+    """The KV cache's tokens: the memory's, unless --num-gpu-blocks-override fixes them."""
+    override = request.extra.num_gpu_blocks_override
+    if override is None:
+        return memory.kv_cache_tokens
+    kv_tokens = override * KV_BLOCK_TOKENS
+    notes.append(f"KV cache fixed by --num-gpu-blocks-override {override}: {kv_tokens} tokens")
+    if request.max_model_len is not None and request.max_model_len > kv_tokens:
+        raise PlanningError(
+            f"engine.maxModelLen {request.max_model_len} exceeds the {kv_tokens} tokens that "
+            f"--num-gpu-blocks-override {override} leaves; the largest maxModelLen that fits is "
+            f"{largest_max_model_len(kv_tokens, request.shape.max_context)}"
+        )
+    return kv_tokens
+
+
+def _planned_steps(request: Request, candidate: Candidate, weights: int, memory: _Memory) -> StepModel:
+    """The step model the engine is sized with: the candidate's hardware, the measured factors where they
+    were measured on it."""
+    # W8A8 FP8 runs the prompt's matrix math on FP8 tensor cores: twice the dense FP16 rate on Ada, Hopper
+    # and Blackwell (NVIDIA's data sheets: L4 242 against 121 TFLOPS, H100 SXM 1979 against 989).
+    fp8_cores = request.quantization is Quantization.FP8 and fp8_kernel(candidate.accelerator) == "W8A8"
+    return _step_model(
+        candidate,
+        weights,
+        memory.kv_bytes_per_token,
+        request.shape,
+        eager=memory.enforce_eager,
+        factors=_measured_factors(request, candidate),
+        compute_speedup=FP8_TENSOR_CORE_SPEEDUP if fp8_cores else 1.0,
+    )
+
+
+def _step_budget(
+    request: Request,
+    candidate: Candidate,
+    steps: StepModel,
+    *,
+    max_num_seqs: int,
+    config: PlanningConfig,
+    tuning: TpotTuning | None,
+    notes: list[str],
+) -> int:
+    """--max-num-batched-tokens: extraArgs', else the SLO's on a GPU, else 0 (vLLM's default)."""
+    if request.extra.max_num_batched_tokens is not None:
+        chunk = request.extra.max_num_batched_tokens
+        notes.append(f"maxNumBatchedTokens {chunk} from extraArgs")
+        return chunk
+    if request.slo is not None and candidate.accelerator.is_gpu:
+        per_decode = request.draft.tokens_per_decode if request.draft is not None else 1
+        chunk, why = chunk_budget(
+            request.slo, steps, max_num_seqs, config, tuning, tokens_per_decode=per_decode
+        )
+        notes.append(f"maxNumBatchedTokens {chunk}: {why}")
+        return chunk
+    return 0
 
 
 def draft_weight_bytes(request: Request, dtype: str) -> int:
@@ -343,46 +371,17 @@ def _gpu_memory(
     gpu = sized(cuda_graphs=True)
     eager = _choose_eager(request, gpu)
     if eager:
-        with_graphs = gpu.kv_cache_tokens
-        gpu = sized(cuda_graphs=False)
+        with_graphs, gpu = gpu, sized(cuda_graphs=False)
         if request.extra.enforce_eager is None:
-            notes.append(
-                f"enforce-eager: the CUDA-graph pool (~{gib(CUDA_GRAPH_BYTES)}) would take more than "
-                f"{EAGER_KV_SHARE:.0%} of the KV cache ({with_graphs} tokens with graphs, "
-                f"{gpu.kv_cache_tokens} without); decode steps are slower without graphs"
-            )
-    kv_tokens = gpu.kv_cache_tokens
-    per_token = gpu.kv_bytes_per_token
-    per_token_per_device = gpu.kv_bytes_per_token_per_device
-    if gpu.kv_budget_bytes_per_device < required * per_token_per_device:
-        needed = gpu.needed_bytes_per_device_without_kv + required * per_token_per_device
-        if gpu.kv_budget_bytes_per_device > 0 and request.max_model_len is not None:
-            largest = largest_max_model_len(kv_tokens, shape.max_context)
-            raise DoesNotFitError(
-                f"engine.maxModelLen {request.max_model_len} does not fit on {candidate.name}: its KV "
-                "cache "
-                f"holds {kv_tokens} tokens ({gib(gpu.kv_budget_bytes_per_device)} per GPU at "
-                f"gpu-memory-utilization {util:.2f}); the largest maxModelLen that fits is {largest}"
-            )
-        per_gpu = " per GPU" if candidate.count > 1 else ""
-        raise DoesNotFitError(
-            f"{request.model_name} does not fit on {candidate.name}: it needs {gib(needed)}{per_gpu} "
-            f"(weights {gib(gpu.weight_bytes_per_device)} in {dtype}"
-            f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
-            f"runtime overhead {gib(gpu.overhead_bytes_per_device)}, "
-            + (f"LoRA slots {gib(gpu.lora_bytes_per_device)}, " if gpu.lora_bytes_per_device else "")
-            + f"KV cache for {required} tokens "
-            f"{gib(required * per_token_per_device)}); {candidate.name} has "
-            f"{gib(candidate.device_memory_bytes)}{per_gpu}, {gib(gpu.usable_bytes_per_device)} "
-            "usable at "
-            f"gpu-memory-utilization {util:.2f}"
-        )
+            notes.append(_eager_note(with_graphs, gpu))
+    if gpu.kv_budget_bytes_per_device < required * gpu.kv_bytes_per_token_per_device:
+        raise _does_not_fit(request, candidate, gpu, dtype=dtype, required=required, util=util)
     return _Memory(
         gpu_memory_utilization=util,
         enforce_eager=eager,
         gpu=gpu,
-        kv_cache_tokens=kv_tokens,
-        kv_bytes_per_token=per_token,
+        kv_cache_tokens=gpu.kv_cache_tokens,
+        kv_bytes_per_token=gpu.kv_bytes_per_token,
         # Per pod: a pod of a multi-node replica loads its stage's share of the weights; host memory that holds
         # offloaded weights (--cpu-offload-gb, per GPU) or KV blocks (engine.kvOffload) comes on top.
         memory_request_bytes=GPU_REPLICA_BASE_MEMORY_BYTES
@@ -390,6 +389,44 @@ def _gpu_memory(
         + offloaded // candidate.nodes
         + request.kv_offload_bytes // candidate.nodes,
         max_num_seqs_ceiling=config.max_auto_num_seqs,
+    )
+
+
+def _eager_note(with_graphs: GpuMemorySizing, without: GpuMemorySizing) -> str:
+    return (
+        f"enforce-eager: the CUDA-graph pool (~{gib(CUDA_GRAPH_BYTES)}) would take more than "
+        f"{EAGER_KV_SHARE:.0%} of the KV cache ({with_graphs.kv_cache_tokens} tokens with graphs, "
+        f"{without.kv_cache_tokens} without); decode steps are slower without graphs"
+    )
+
+
+def _does_not_fit(
+    request: Request, candidate: Candidate, gpu: GpuMemorySizing, *, dtype: str, required: int, util: float
+) -> DoesNotFitError:
+    """Why a GPU replica's KV cache cannot hold `required` tokens: the maxModelLen asked for, or the model."""
+    kv_tokens = gpu.kv_cache_tokens
+    per_token_per_device = gpu.kv_bytes_per_token_per_device
+    needed = gpu.needed_bytes_per_device_without_kv + required * per_token_per_device
+    if gpu.kv_budget_bytes_per_device > 0 and request.max_model_len is not None:
+        largest = largest_max_model_len(kv_tokens, request.shape.max_context)
+        return DoesNotFitError(
+            f"engine.maxModelLen {request.max_model_len} does not fit on {candidate.name}: its KV "
+            "cache "
+            f"holds {kv_tokens} tokens ({gib(gpu.kv_budget_bytes_per_device)} per GPU at "
+            f"gpu-memory-utilization {util:.2f}); the largest maxModelLen that fits is {largest}"
+        )
+    per_gpu = " per GPU" if candidate.count > 1 else ""
+    return DoesNotFitError(
+        f"{request.model_name} does not fit on {candidate.name}: it needs {gib(needed)}{per_gpu} "
+        f"(weights {gib(gpu.weight_bytes_per_device)} in {dtype}"
+        f"{'' if request.quantization == Quantization.NONE else ' ' + request.quantization.value}, "
+        f"runtime overhead {gib(gpu.overhead_bytes_per_device)}, "
+        + (f"LoRA slots {gib(gpu.lora_bytes_per_device)}, " if gpu.lora_bytes_per_device else "")
+        + f"KV cache for {required} tokens "
+        f"{gib(required * per_token_per_device)}); {candidate.name} has "
+        f"{gib(candidate.device_memory_bytes)}{per_gpu}, {gib(gpu.usable_bytes_per_device)} "
+        "usable at "
+        f"gpu-memory-utilization {util:.2f}"
     )
 
 

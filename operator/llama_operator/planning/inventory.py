@@ -17,7 +17,12 @@ from typing import Any
 from llama_operator.api.spec import AcceleratorType
 from llama_operator.catalog.accelerators import BUILTIN_CATALOG, MIB, Accelerator, Catalog, mig_resource_name
 from llama_operator.catalog.platforms import AUTO_PLATFORM, PLATFORM_MARKERS, Platform, platform_of_node
-from llama_operator.planning.provisioning import ProvisionableGpu, is_nodepool, read_nodepools
+from llama_operator.planning.provisioning import (
+    NodePoolReading,
+    ProvisionableGpu,
+    is_nodepool,
+    read_nodepools,
+)
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -285,6 +290,24 @@ def _nodepool_platform(nodepools: Iterable[Mapping[str, Any]]) -> Platform | Non
     return None
 
 
+def _provisionable_offers(reading: NodePoolReading, catalog: Catalog) -> list[Offer]:
+    """The GPUs the NodePools can create, as offers of a node that does not exist yet."""
+    return [
+        Offer(
+            node=f"a new node of NodePool {p.nodepool}",
+            accelerator=p.accelerator,
+            product=catalog.get(p.accelerator).canonical_product,
+            mig_profile=None,
+            mig_strategy=None,
+            resource=GPU_RESOURCE,
+            allocatable=p.gpus_per_node,
+            memory_bytes=None,
+            provisioner=p.describe,
+        )
+        for p in reading.offers
+    ]
+
+
 def inventory_from_nodes(
     nodes: Iterable[Mapping[str, Any]],
     catalog: Catalog = BUILTIN_CATALOG,
@@ -337,20 +360,7 @@ def inventory_from_nodes(
     if nodepools:
         reading = read_nodepools(nodepools, catalog, judged_by)
         skipped += [SkippedNode(node=f"NodePool {name}", reason=why) for name, why in reading.skipped]
-        offers += [
-            Offer(
-                node=f"a new node of NodePool {p.nodepool}",
-                accelerator=p.accelerator,
-                product=catalog.get(p.accelerator).canonical_product,
-                mig_profile=None,
-                mig_strategy=None,
-                resource=GPU_RESOURCE,
-                allocatable=p.gpus_per_node,
-                memory_bytes=None,
-                provisioner=p.describe,
-            )
-            for p in reading.offers
-        ]
+        offers += _provisionable_offers(reading, catalog)
     return Inventory(
         offers=tuple(offers),
         skipped=tuple(skipped),

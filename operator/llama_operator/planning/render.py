@@ -12,7 +12,7 @@ from llama_operator.api.spec import (
     LlamaServiceSpec,
     Quantization,
 )
-from llama_operator.catalog.accelerators import GIB
+from llama_operator.catalog.accelerators import GIB, Accelerator
 from llama_operator.catalog.vllm import VLLM_PORT
 from llama_operator.planning.adapters import RUNTIME_LORA_ENV
 from llama_operator.planning.config import PlanningConfig
@@ -74,27 +74,51 @@ def vllm_args(
             "ray",
         ]
     args.append("--enable-prefix-caching" if spec.engine.prefix_caching else "--no-enable-prefix-caching")
+    args += _quantization_args(request, notes)
+    args += _offload_args(request, notes)
+    args += _model_kind_args(request, sized.candidate.count, notes)
+    if spec.model.cache is not None:
+        args += ["--download-dir", config.model_cache_path]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    if spec.model.trust_remote_code:  # plan_service checked that the platform allows it
+        args.append("--trust-remote-code")
+    args += _attention_args(accel, request.extra.attention_backend, notes)
+    if sized.lora is not None:
+        args += sized.lora.args()
+    args += list(request.extra.args)
+    return args, notes
+
+
+def _quantization_args(request: Request, notes: list[str]) -> list[str]:
+    """--quantization where vLLM must be told (and a note on what the plan assumed of the checkpoint)."""
     quantization = request.quantization
     if quantization is Quantization.FP8 and request.quantization_in_flight:
         # In-flight quantization of a 16-bit checkpoint: vLLM must be told. An FP8 checkpoint's own
         # quantization_config names its method (fp8, compressed-tensors, fbgemm_fp8): naming another here
         # would make vLLM refuse it.
-        args += ["--quantization", quantization.value]
-    elif quantization is Quantization.INT8:
+        return ["--quantization", quantization.value]
+    if quantization is Quantization.INT8:
         # The checkpoint's quantization_config (compressed-tensors) names the scheme; naming the format
         # here makes vLLM refuse at start a checkpoint that is not one (16-bit, AWQ), which it would
         # otherwise load at another size than the plan's.
-        args += ["--quantization", COMPRESSED_TENSORS]
         notes.append(
             "quantization int8: a W8A8 INT8 checkpoint, weights planned at 8 bits; --quantization "
             f"{COMPRESSED_TENSORS} makes vLLM refuse a checkpoint in another format"
         )
-    elif quantization in (Quantization.AWQ, Quantization.GPTQ):
+        return ["--quantization", COMPRESSED_TENSORS]
+    if quantization in (Quantization.AWQ, Quantization.GPTQ):
         # The checkpoint's quantization_config names the method; naming it here would force vLLM's
         # slower non-Marlin kernel on sm_80+ GPUs.
         notes.append(
             f"quantization {quantization.value}: vLLM reads it from the checkpoint and picks the kernel"
         )
+    return []
+
+
+def _offload_args(request: Request, notes: list[str]) -> list[str]:
+    """Host memory the replica offloads to: the KV blocks evicted from the GPU, and weights extraArgs keeps there."""
+    args: list[str] = []
     if request.kv_offload_bytes:
         size_gib = request.kv_offload_bytes / GIB
         args += ["--kv-offloading-size", f"{size_gib:g}", "--kv-offloading-backend", "native"]
@@ -107,6 +131,12 @@ def vllm_args(
             f"--cpu-offload-gb {request.extra.cpu_offload_gib:g}: that many GiB of each GPU's weights stay in host "
             "memory (in the pod's memory request and limit) and cross PCIe every step: decode slows accordingly"
         )
+    return args
+
+
+def _model_kind_args(request: Request, tensor_parallel: int, notes: list[str]) -> list[str]:
+    """The flags a vision model or a mixture of experts takes, with notes on what the plan assumed."""
+    args: list[str] = []
     shape = request.shape
     if shape.image_tokens:
         # The images a request may carry: vLLM's encoder cache and its profile are sized for them.
@@ -117,7 +147,6 @@ def vllm_args(
             f"{shape.vision_parameters / 1e9:.2f} B parameters, kept in 16 bits"
         )
     if shape.is_moe:
-        tp = sized.candidate.count
         experts = shape.experts or 0
         active = shape.compute_parameters / 1e9
         note = (
@@ -126,32 +155,32 @@ def vllm_args(
             f"{active:.1f} B; a decode step is planned reading every expert (a batch of n touches "
             f"1 - (1 - {shape.experts_per_token}/{experts})^n of them)"
         )
-        if tp > 1 and experts % tp == 0 and request.extra.enable_expert_parallel is None:
+        if (
+            tensor_parallel > 1
+            and experts % tensor_parallel == 0
+            and request.extra.enable_expert_parallel is None
+        ):
             # Whole experts per GPU instead of a slice of each: the experts' matrix multiplies stay large.
             args.append("--enable-expert-parallel")
-            note += f"; expert parallel: {experts // tp} whole experts per GPU (--enable-expert-parallel)"
+            note += f"; expert parallel: {experts // tensor_parallel} whole experts per GPU (--enable-expert-parallel)"
         notes.append(note)
     if shape.caveat is not None:
         notes.append(shape.caveat)
-    if spec.model.cache is not None:
-        args += ["--download-dir", config.model_cache_path]
-    if spec.model.revision:
-        args += ["--revision", spec.model.revision]
-    if spec.model.trust_remote_code:  # plan_service checked that the platform allows it
-        args.append("--trust-remote-code")
-    if accel.is_gpu and not accel.supports_flash_attention_2:
-        if request.extra.attention_backend is None:
-            args += ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
-            notes.append(
-                f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type} "
-                f"({accel.compute_capability}) has no FlashAttention-2"
-            )
-        else:
-            notes.append(f"attention backend {request.extra.attention_backend} from extraArgs")
-    if sized.lora is not None:
-        args += sized.lora.args()
-    args += list(request.extra.args)
-    return args, notes
+    return args
+
+
+def _attention_args(accel: Accelerator, from_extra_args: str | None, notes: list[str]) -> list[str]:
+    """The attention backend of a GPU without FlashAttention-2, unless extraArgs chose one."""
+    if not accel.is_gpu or accel.supports_flash_attention_2:
+        return []
+    if from_extra_args is not None:
+        notes.append(f"attention backend {from_extra_args} from extraArgs")
+        return []
+    notes.append(
+        f"attention backend {PRE_AMPERE_ATTENTION_BACKEND}: {accel.type} "
+        f"({accel.compute_capability}) has no FlashAttention-2"
+    )
+    return ["--attention-backend", PRE_AMPERE_ATTENTION_BACKEND]
 
 
 def engine_runtime(candidate: Candidate, config: PlanningConfig) -> tuple[str, int, dict[str, str]]:
@@ -220,64 +249,26 @@ def render_plan(
     """The Plan of the engine sized on its placement: the vLLM arguments and environment, the pod's
     scheduling and resources, the engine's figures and the notes of every decision."""
     candidate = sized.candidate
-    accel = candidate.accelerator
     args, arg_notes = vllm_args(spec, served_name, sized, config, request)
     notes += arg_notes
-
-    where = scheduling_of(candidate, placement)
     image, cpu_request, env = engine_runtime(candidate, config)
     lora, draft = sized.lora, request.draft
     adapter_bytes = plan_lora(spec, sized, env, notes)
     draft_bytes, draft_kv_per_token = plan_draft(request, sized, notes)
-    memory_bytes = (
-        candidate.device_memory_bytes * candidate.count * candidate.nodes
-        if accel.is_gpu
-        else sized.memory_request_bytes
-    )
-    # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
-    # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
-    prefill_tokens_per_second = sized.steps.prefill_tokens_per_second(
-        sized.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
-    )
     return Plan(
-        accelerator=accel.type,
-        mig=candidate.mig.name if candidate.mig is not None else None,
-        mig_strategy=placement.mig_strategy,
-        count=candidate.count,
-        display_name=candidate.name,
-        memory_bytes=memory_bytes,
-        price_per_hour=round(candidate.price(config), 4),
+        **_placement_fields(sized, placement, config),
         image=spec.engine.image or image,
-        resources=where.resources,
         cpu_request=str(cpu_request),
         memory_request=f"{math.ceil(sized.memory_request_bytes / GIB)}Gi",
-        node_selector=where.node_selector,
-        node_affinity=where.node_affinity,
-        tolerations=where.tolerations,
         served_model_name=served_name,
         vllm_args=args,
         vllm_env=env,
-        dtype=sized.dtype,
-        max_model_len=sized.max_model_len,
-        max_num_seqs=sized.max_num_seqs,
-        gpu_memory_utilization=sized.gpu_memory_utilization,
-        weight_bytes=sized.gpu.weight_bytes_per_device if sized.gpu is not None else sized.weight_bytes,
-        kv_bytes_per_token=sized.kv_bytes_per_token,
-        kv_cache_tokens=sized.kv_cache_tokens,
-        max_concurrency=round(sized.kv_cache_tokens / sized.max_model_len, 2) if sized.max_model_len else 0.0,
-        prefill_tokens_per_second=round(prefill_tokens_per_second),
-        max_num_batched_tokens=sized.max_num_batched_tokens,
-        enforce_eager=sized.enforce_eager or request.extra.enforce_eager is True,
-        decode_step_seconds=round(sized.steps.weight_read_seconds, 6),
-        decode_seconds_per_context_token=float(f"{sized.steps.seconds_per_context_token:.4g}"),
-        prefill_seconds_per_token=float(f"{sized.steps.seconds_per_prefill_token:.4g}"),
-        seconds_per_step_token=float(f"{sized.steps.seconds_per_step_token:.4g}"),
+        **_engine_fields(sized, request),
         max_loras=lora.max_loras if lora is not None else 0,
         max_lora_rank=lora.max_lora_rank if lora is not None else 0,
         max_cpu_loras=lora.max_cpu_loras if lora is not None else 0,
         adapter_bytes=adapter_bytes,
         speculative_method=draft.method if draft is not None else None,
-        nodes=candidate.nodes,
         draft_weight_bytes=draft_bytes,
         draft_kv_bytes_per_token=draft_kv_per_token,
         measured_steps=request.measured
@@ -286,3 +277,58 @@ def render_plan(
         notes=notes,
         unknown_gpus=unknown_gpus,
     )
+
+
+def _placement_fields(sized: Sized, placement: Placement, config: PlanningConfig) -> dict[str, object]:
+    """The Plan's accelerator and where its pods run: what they request and where they may be scheduled."""
+    candidate = sized.candidate
+    accel = candidate.accelerator
+    where = scheduling_of(candidate, placement)
+    memory_bytes = (
+        candidate.device_memory_bytes * candidate.count * candidate.nodes
+        if accel.is_gpu
+        else sized.memory_request_bytes
+    )
+    return {
+        "accelerator": accel.type,
+        "mig": candidate.mig.name if candidate.mig is not None else None,
+        "mig_strategy": placement.mig_strategy,
+        "count": candidate.count,
+        "nodes": candidate.nodes,
+        "display_name": candidate.name,
+        "memory_bytes": memory_bytes,
+        "price_per_hour": round(candidate.price(config), 4),
+        "resources": where.resources,
+        "node_selector": where.node_selector,
+        "node_affinity": where.node_affinity,
+        "tolerations": where.tolerations,
+    }
+
+
+def _engine_fields(sized: Sized, request: Request) -> dict[str, object]:
+    """The Plan's engine figures: its flags' values, its memory, and the step model it was sized with."""
+    steps = sized.steps
+    # The autoscaler's prior for a replica's prefill capacity: full chunks of the planned step budget
+    # (vLLM's default 2048 where the planner leaves it), from the same step model the flags come from.
+    prefill_tokens_per_second = steps.prefill_tokens_per_second(
+        sized.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    )
+    return {
+        "dtype": sized.dtype,
+        "max_model_len": sized.max_model_len,
+        "max_num_seqs": sized.max_num_seqs,
+        "gpu_memory_utilization": sized.gpu_memory_utilization,
+        "weight_bytes": sized.gpu.weight_bytes_per_device if sized.gpu is not None else sized.weight_bytes,
+        "kv_bytes_per_token": sized.kv_bytes_per_token,
+        "kv_cache_tokens": sized.kv_cache_tokens,
+        "max_concurrency": round(sized.kv_cache_tokens / sized.max_model_len, 2)
+        if sized.max_model_len
+        else 0.0,
+        "prefill_tokens_per_second": round(prefill_tokens_per_second),
+        "max_num_batched_tokens": sized.max_num_batched_tokens,
+        "enforce_eager": sized.enforce_eager or request.extra.enforce_eager is True,
+        "decode_step_seconds": round(steps.weight_read_seconds, 6),
+        "decode_seconds_per_context_token": float(f"{steps.seconds_per_context_token:.4g}"),
+        "prefill_seconds_per_token": float(f"{steps.seconds_per_prefill_token:.4g}"),
+        "seconds_per_step_token": float(f"{steps.seconds_per_step_token:.4g}"),
+    }

@@ -121,6 +121,26 @@ def histogram_reading(objective: float) -> str:
     )
 
 
+def _ttft_chunk_why(slo: SLOSpec, step_seconds: float, chunk: int, max_num_seqs: int) -> str:
+    """Why the TTFT objective allows a chunk: its step beside a full batch against the objective's share."""
+    step_ms = step_seconds * 1000
+    share_ms = TTFT_CHUNK_SHARE * slo.ttft_seconds * 1000
+    why = (
+        f"a step with a {chunk}-token prompt chunk beside {max_num_seqs} decoding sequences is estimated at "
+        f"{step_ms:.0f} ms, "
+    )
+    if round(step_ms) <= round(share_ms):
+        return why + (
+            f"within {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms)"
+        )
+    return why + (
+        f"over {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms): "
+        f"{MIN_CHUNK_TOKENS} tokens is the smallest chunk planned (a smaller one spends more of each step "
+        "reading the weights than computing the prompt), so a request arriving as such a step starts "
+        "waits that long"
+    )
+
+
 def chunk_budget(
     slo: SLOSpec,
     steps: StepModel,
@@ -142,23 +162,7 @@ def chunk_budget(
     by_ttft = steps.chunk_within(TTFT_CHUNK_SHARE * slo.ttft_seconds, max_num_seqs, context)
     chunk = min(max(by_ttft, MIN_CHUNK_TOKENS), MAX_CHUNK_TOKENS)
     chunk -= chunk % KV_BLOCK_TOKENS
-    step_ms = steps.step_seconds(max_num_seqs, context, chunk) * 1000
-    share_ms = TTFT_CHUNK_SHARE * slo.ttft_seconds * 1000
-    why = (
-        f"a step with a {chunk}-token prompt chunk beside {max_num_seqs} decoding sequences is estimated at "
-        f"{step_ms:.0f} ms, "
-    )
-    if round(step_ms) <= round(share_ms):
-        why += (
-            f"within {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms)"
-        )
-    else:
-        why += (
-            f"over {TTFT_CHUNK_SHARE:.0%} of the TTFT objective {slo.ttft_seconds:g}s ({share_ms:.0f} ms): "
-            f"{MIN_CHUNK_TOKENS} tokens is the smallest chunk planned (a smaller one spends more of each step "
-            "reading the weights than computing the prompt), so a request arriving as such a step starts "
-            "waits that long"
-        )
+    why = _ttft_chunk_why(slo, steps.step_seconds(max_num_seqs, context, chunk), chunk, max_num_seqs)
     if tpot is not None and tpot.chunk < chunk:
         chunk = tpot.chunk
         # At most one chunk per inter-token interval: a prompt prefills at ~chunk / TPOT tokens per second

@@ -120,8 +120,34 @@ def autoscale_outcome(
         else:
             events.append(Event("Scaled", moved, warning=False))
 
+    autoscaling = _observed(decision, signals, slo, ttft=ttft, tpot=tpot, now=now)
+    if last is not None:
+        autoscaling["lastDecision"] = last
+    if activation is not None:
+        autoscaling["lastActivationSeconds"] = activation.seconds
+        autoscaling["lastActivation"] = human_seconds(activation.seconds)
+        autoscaling["lastActivationTime"] = activation.time
+    return AutoscaleOutcome(
+        replicas=replicas,
+        status_patch={"autoscaling": autoscaling, "conditions": conditions.to_wire()},
+        events=events,
+        activation=activation,
+    )
+
+
+def _observed(
+    decision: Decision,
+    signals: Signals,
+    slo: SLOSpec,
+    *,
+    ttft: float | None,
+    tpot: float | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """status.autoscaling as this evaluation saw it: the decision, the observations (none without data),
+    the objective as written and the policy's state."""
     per_replica = signals.queue_waiting_total / signals.ready_replicas if signals.ready_replicas else None
-    autoscaling: dict[str, Any] = {
+    return {
         "desiredReplicas": decision.desired_replicas,
         "observedTtftSeconds": None if decision.no_data else ttft,
         "observedTpotSeconds": None if decision.no_data else tpot,
@@ -137,18 +163,6 @@ def autoscale_outcome(
         # Unix-seconds time an older version wrote), so status holds exactly the policy's state.
         "state": decision.state.model_dump(by_alias=True, mode="json"),
     }
-    if last is not None:
-        autoscaling["lastDecision"] = last
-    if activation is not None:
-        autoscaling["lastActivationSeconds"] = activation.seconds
-        autoscaling["lastActivation"] = human_seconds(activation.seconds)
-        autoscaling["lastActivationTime"] = activation.time
-    return AutoscaleOutcome(
-        replicas=replicas,
-        status_patch={"autoscaling": autoscaling, "conditions": conditions.to_wire()},
-        events=events,
-        activation=activation,
-    )
 
 
 def _scaling_active(

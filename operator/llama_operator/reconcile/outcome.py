@@ -113,29 +113,7 @@ def reconcile(
     try:
         svc, plan = plan_llamaservice(body, settings, inventory, now.timestamp())
     except (InvalidSpecError, PlanningError) as err:
-        message = str(err)
-        reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
-        conditions = set_conditions(
-            conditions,
-            [
-                (ConditionType.DEGRADED, ConditionStatus.TRUE, reason, message),
-                (ConditionType.READY, ConditionStatus.FALSE, reason, message),
-                (
-                    ConditionType.PROGRESSING,
-                    ConditionStatus.FALSE,
-                    reason,
-                    "fix the spec; nothing is changed until then",
-                ),
-            ],
-            now=now,
-            generation=generation,
-        )
-        failed = {
-            "phase": Phase.FAILED.value,
-            "observedGeneration": generation,
-            "conditions": conditions_wire(conditions),
-        }
-        return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
+        return _failed(err, conditions, now=now, generation=generation)
 
     desired = build_desired_state(
         svc, plan, settings, pod_monitor=pod_monitor, activator=activator, ready_replicas=ready_replicas
@@ -168,6 +146,39 @@ def reconcile(
         "plan": replacing(value_at(body, "status", "plan"), plan.to_wire()),
     }
     return ReconcileOutcome(desired=desired, plan=plan, status_patch=status)
+
+
+def _failed(
+    err: InvalidSpecError | PlanningError,
+    conditions: list[Condition],
+    *,
+    now: datetime,
+    generation: int | None,
+) -> ReconcileOutcome:
+    """A spec that cannot be planned: Failed, Degraded and not Ready with the reason; nothing is changed."""
+    message = str(err)
+    reason = "InvalidSpec" if isinstance(err, InvalidSpecError) else "PlanningFailed"
+    conditions = set_conditions(
+        conditions,
+        [
+            (ConditionType.DEGRADED, ConditionStatus.TRUE, reason, message),
+            (ConditionType.READY, ConditionStatus.FALSE, reason, message),
+            (
+                ConditionType.PROGRESSING,
+                ConditionStatus.FALSE,
+                reason,
+                "fix the spec; nothing is changed until then",
+            ),
+        ],
+        now=now,
+        generation=generation,
+    )
+    failed = {
+        "phase": Phase.FAILED.value,
+        "observedGeneration": generation,
+        "conditions": conditions_wire(conditions),
+    }
+    return ReconcileOutcome(desired=None, plan=None, status_patch=failed, error=message)
 
 
 def _capacity_condition(

@@ -128,6 +128,20 @@ def rollout_status(
     }
 
 
+def _schedulable(pending: str | None, provisioning: str | None) -> ConditionUpdate:
+    """Schedulable: every pod placed, or why not (no node can take one, or nodes are being created)."""
+    if pending is not None:
+        return (
+            ConditionType.SCHEDULABLE,
+            ConditionStatus.FALSE,
+            "Unschedulable",
+            f"pods cannot be placed: {pending}",
+        )
+    if provisioning is not None:
+        return (ConditionType.SCHEDULABLE, ConditionStatus.FALSE, "NodeProvisioning", provisioning)
+    return (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
+
+
 def _rollout_conditions(
     *,
     rolled_out: bool,
@@ -140,18 +154,7 @@ def _rollout_conditions(
 ) -> tuple[Phase, list[ConditionUpdate]]:
     """The phase and the Schedulable, Ready and Progressing conditions of a Deployment's rollout.
     `provisioning`: the pods not placed wait for nodes being created (they are loading, not missing)."""
-    if pending is not None:
-        schedulable: ConditionUpdate = (
-            ConditionType.SCHEDULABLE,
-            ConditionStatus.FALSE,
-            "Unschedulable",
-            f"pods cannot be placed: {pending}",
-        )
-    elif provisioning is not None:
-        schedulable = (ConditionType.SCHEDULABLE, ConditionStatus.FALSE, "NodeProvisioning", provisioning)
-    else:
-        schedulable = (ConditionType.SCHEDULABLE, ConditionStatus.TRUE, "Scheduled", "all pods are placed")
-    updates: list[ConditionUpdate] = [schedulable]
+    updates: list[ConditionUpdate] = [_schedulable(pending, provisioning)]
     if rolled_out and desired == 0:
         # At zero by choice (the autoscaler after idleness, or replicas: 0): nothing is wrong or pending.
         phase = Phase.SCALED_TO_ZERO
