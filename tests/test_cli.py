@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -572,3 +573,35 @@ def test_a_chart_values_file_previews_its_config(repo: Path, tmp_path: Path) -> 
     done = cli("plan", "-f", "-", "--config", str(values), stdin=yaml.safe_dump(H20_MANIFEST), cwd=repo)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H20"}
+
+
+@pytest.mark.parametrize(
+    ("value", "tag"),
+    [
+        ("!!int ''", "!!int"),
+        ("!!int x", "!!int"),
+        ("!!bool maybe", "!!bool"),
+        ("!!timestamp x", "!!timestamp"),
+        ("!!float x", "!!float"),
+    ],
+)
+def test_an_explicit_tag_on_a_value_it_cannot_hold_is_one_line_and_exit_1(
+    tmp_path: Path, value: str, tag: str
+) -> None:
+    # Issue 43: these exited 70 ("internal error: IndexError", "ValueError", "KeyError", "AttributeError").
+    path = write(tmp_path, "tagged.yaml", VALID.replace("{type: t4}}", f"{{type: t4}}, replicas: {value}}}"))
+    for command in ("plan", "render"):
+        line = input_error(command, "-f", path)
+        assert line.startswith(f"{path}:") and line.endswith(
+            f"invalid YAML: a value tagged {tag} that is not one"
+        )
+
+
+def test_a_fifo_is_refused_instead_of_blocking(tmp_path: Path) -> None:
+    # Issue 43: `-f` on a FIFO with no writer blocked forever.
+    fifo = tmp_path / "manifests"
+    os.mkfifo(fifo)
+    assert (
+        input_error("plan", "-f", str(fifo))
+        == f"{fifo}: not a regular file (a FIFO or socket); pipe it to -f - instead"
+    )

@@ -114,6 +114,19 @@ class _ManifestLoader(yaml.SafeLoader):
             )
         return value
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # An explicit tag on a value it cannot hold (`!!int x`, `!!bool maybe`, `!!timestamp x`, `!!int ''`):
+        # PyYAML's constructors raise plain Python errors there; the user gets the tag and the line.
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError, OverflowError):
+            tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a value tagged {tag} that is not one", node.start_mark
+            ) from None
+
     def construct_document(self, node: yaml.Node) -> Any:
         distinct: set[int] = set()
         expanded = _expanded_size(node, {}, distinct)
@@ -194,6 +207,9 @@ def _read_bytes(path: str) -> bytes:
         mode = Path(path).stat().st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/urandom, a disk: never a manifest
             raise InputError(f"{path}: a device, not a file of manifests")
+        if not stat.S_ISREG(mode):
+            # A FIFO with no writer would block the open forever, a socket cannot be opened: pipes come on stdin.
+            raise InputError(f"{path}: not a regular file (a FIFO or socket); pipe it to -f - instead")
         with Path(path).open("rb") as file:
             data = file.read(MAX_INPUT_BYTES + 1)
         if len(data) > MAX_INPUT_BYTES:
