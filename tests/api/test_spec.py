@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from llama_operator.api.resource import InvalidSpecError, parse_llamaservice, parse_metadata, parse_spec
-from llama_operator.api.spec import AcceleratorType
+from llama_operator.api.spec import AcceleratorType, LlamaServiceSpec
 
 
 def manifest(**spec: Any) -> dict[str, Any]:
@@ -133,3 +133,38 @@ def test_cache_size_limit_quantities(size: str) -> None:
 def test_gpu_memory_utilization_auto_still_reads_as_unset() -> None:
     svc = parse_llamaservice(manifest(engine={"gpuMemoryUtilization": "auto"}))
     assert svc.spec.engine.gpu_memory_utilization is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "/etc",
+        "/proc/self/root",
+        "file:///etc/passwd",
+        "/models/../etc",
+        "meta-llama/x\n",
+        "a\x00b",
+        "a/b/c",
+        "~/x",
+    ],
+)
+def test_a_model_name_is_a_hub_id_or_a_cache_path(name: str) -> None:
+    # Issue 43: these were accepted once model.architecture was set.
+    body = {
+        "model": {
+            "name": name,
+            "architecture": {
+                "layers": 16,
+                "kvHeads": 8,
+                "headDim": 64,
+                "parameters": 1235814400,
+                "maxContext": 131072,
+            },
+        }
+    }
+    with pytest.raises(ValueError, match=r"model\.name must be a Hugging Face hub id") as refused:
+        LlamaServiceSpec.model_validate(body)
+    message = refused.value.errors()[0]["msg"]  # type: ignore[attr-defined]
+    assert name not in message  # the rule, not the value quoted back
+    for fine in ("gpt2", "meta-llama/Llama-3.2-1B-Instruct", "/models/tiny", "/models/org/model-v1.5/"):
+        LlamaServiceSpec.model_validate({**body, "model": {**body["model"], "name": fine}})

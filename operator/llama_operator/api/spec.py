@@ -260,6 +260,19 @@ class ModelArchitecture(WireModel):
         return self
 
 
+# What model.name may be, as the docs say: a hub id (owner/name, or a legacy single name) or a path inside the
+# model cache volume. Not /etc, /proc/self/root, file:// URLs, '..', NUL or newlines (issue 43).
+MODEL_NAME_PATTERN = (
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?|/models(/[A-Za-z0-9_][A-Za-z0-9._-]*)+/?)$"
+)
+
+
+MODEL_NAME_MESSAGE = (
+    "model.name must be a Hugging Face hub id (owner/name, letters, digits, '.', '_', '-') or a path inside the "
+    "model cache volume (/models/...), without '..'"
+)
+
+
 class ModelSpec(WireModel):
     """The model to serve."""
 
@@ -270,7 +283,7 @@ class ModelSpec(WireModel):
             "model cache volume (starting with /models/).",
             min_length=1,
             max_length=512,
-            pattern=NOT_AN_OPTION,
+            pattern=MODEL_NAME_PATTERN,
         ),
     ]
     served_name: Annotated[
@@ -316,6 +329,17 @@ class ModelSpec(WireModel):
             "the platform allows it (the operator's config.allowTrustRemoteCode); refused otherwise."
         ),
     ] = False
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _hub_id_or_cache_path(cls, value: object) -> object:
+        if (
+            isinstance(value, str)
+            and not value.startswith("-")
+            and re.fullmatch(MODEL_NAME_PATTERN.removeprefix("^").removesuffix("$"), value) is None
+        ):
+            raise ValueError(MODEL_NAME_MESSAGE)
+        return value
 
     @field_validator("name", "served_name", "revision", mode="before")
     @classmethod
