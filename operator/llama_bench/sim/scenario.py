@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel
 
 from llama_bench.sim.accelerators import ReplicaProfile, planned_engine, replica_profile
 from llama_bench.sim.fleet import FleetConfig, SimPolicy, SimulationResult, simulate
@@ -27,21 +30,30 @@ TUNING_SWEEPS: dict[str, tuple[float, ...]] = {
 }
 
 
+def _api_default(model: type[BaseModel], field: str) -> Any:
+    """The LlamaService API's default for a field: the operator's, so the bench's scenario is the same."""
+    return model.model_fields[field].default
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     accelerator: str = "t4"
     model: str = "llama-3.2-1b"
+    # The bench's objective (the API's default is 0.5 s): the traces' figures in docs/bench are at 1 s.
     slo_ttft_seconds: float = 1.0
-    percentile: float = 95.0
+    percentile: float = float(_api_default(SLOSpec, "percentile"))
     # A TPOT objective: the policy sizes decode for it, and the replicas run the engine the planner tunes
     # for it (max-num-seqs capped where a step would exceed it, the prompt chunk it allows).
-    slo_tpot_seconds: float | None = None
-    min_replicas: int = 1
+    slo_tpot_seconds: float | None = _api_default(SLOSpec, "tpot_seconds")
+    min_replicas: int = int(_api_default(AutoscalingSpec, "min_replicas"))
+    # Room for the traces' peaks (the API's default is 8).
     max_replicas: int = 20
     cold_start_seconds: float = 40.0
     scrape_interval: int = 5
-    queue_depth_per_replica: float = 4.0
-    scale_down_stabilization_seconds: int = 300
+    queue_depth_per_replica: float = float(_api_default(SLOSpec, "queue_depth_per_replica"))
+    scale_down_stabilization_seconds: int = int(
+        _api_default(AutoscalingSpec, "scale_down_stabilization_seconds")
+    )
     # A measured replica (`llama-bench profile`, sim.profile) instead of the data-sheet estimate of
     # `accelerator`: its step times, limits and price, and its prefill throughput as the policy's prior.
     measured: ReplicaProfile | None = None
@@ -53,7 +65,7 @@ class Scenario:
     # activator that holds requests while no replica is ready, answering 503 after
     # activationTimeoutSeconds. None: at least min_replicas (>= 1) replicas, no activator.
     scale_to_zero_after_seconds: int | None = None
-    activation_timeout_seconds: int = 300
+    activation_timeout_seconds: int = int(_api_default(AutoscalingSpec, "activation_timeout_seconds"))
     # A trace is a slice of continuous traffic: every autoscaler starts with the replicas its opening
     # minute needs (oracle@target's first minute), as it would hold them after the traffic before the
     # slice, not with minReplicas under full load. False: a cold open (a service created under load).
