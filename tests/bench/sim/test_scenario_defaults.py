@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from pydantic import BaseModel
+
 from llama_bench.sim.scenario import Scenario
 from llama_operator.api.spec import AutoscalingSpec, SLOSpec
 
 # Scenario field -> (API model, field): the same setting under the bench's and the API's names.
-FROM_THE_API = {
+FROM_THE_API: dict[str, tuple[type[BaseModel], str]] = {
     "percentile": (SLOSpec, "percentile"),
     "slo_tpot_seconds": (SLOSpec, "tpot_seconds"),
     "queue_depth_per_replica": (SLOSpec, "queue_depth_per_replica"),
