@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export LLAMA_OPERATOR_CACHE ?= $(HOME)/.cache/llama-operator
 
-.PHONY: setup lint crd image-lock monitoring vllm-flags unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status test-tools e2e test demo demo-down bench bench-family bench-holdout bench-draws frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
+.PHONY: setup lint crd image-lock monitoring vllm-flags plan-table unit fuzz vllm-args vllm-env cluster-up cluster-down cluster-status test-tools e2e test demo demo-down bench bench-family bench-holdout bench-draws frontier bench-zero bench-routing cold-start bench-cold-start bench-calibration scale-bench sim-vs-vllm activator-http-bench router-bench
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> setting up $(VENV) (Python deps of the operator and its tests)"
@@ -66,6 +66,10 @@ monitoring: setup
 	$(PY) -c "from llama_operator.observability.rules import *; open(CHART_RULE_TEMPLATE_FILE, 'w').write(render_chart_template())"
 
 # The vLLM flag contract, from the pinned vLLM's own parser (CI fails when it drifts).
+# docs/plan-table.md: the planner's choice, tokens/s and cost per million tokens by model and GPU.
+plan-table: setup
+	$(PY) -m tests.docs.plan_table > docs/plan-table.md
+
 vllm-flags: setup
 	"$$(bash e2e/vllm/install.sh)" e2e/vllm/flags.py > operator/llama_operator/data/vllm_flags.json
 
