@@ -19,7 +19,7 @@ import yaml
 
 from localcluster import info as cluster_info  # e2e/ is on sys.path: the script runs from there
 from localcluster.config import state_dir
-from localcluster.util import ClusterError, ephemeral_port, http_get, wait_until_serving
+from localcluster.util import ClusterError, http_get, one_off_port, wait_until_serving
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = state_dir() / "demo"
@@ -97,7 +97,7 @@ class Demo:
                 return
             except (OSError, ValueError):
                 pass
-        health_port, metrics_port = ephemeral_port(), ephemeral_port()
+        health_port, metrics_port = one_off_port(), one_off_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.operator_kubeconfig()),

@@ -21,13 +21,13 @@ import pytest
 
 from localcluster import tools
 from localcluster.info import ClusterInfo
-from localcluster.util import ClusterError, ephemeral_port, log_tail, wait_until_serving
+from localcluster.util import ClusterError, log_tail, one_off_port, wait_until_serving
 
 T = TypeVar("T")
 GROUP = "serving.llama-operator.dev"
 
 # A port for a listener started once (the kernel's ephemeral range, never one a local cluster reserved).
-free_port = ephemeral_port
+free_port = one_off_port
 
 
 def llamaservice_manifest(name: str, **spec: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from localcluster.procs import Component, Processes, is_ours
 from localcluster.util import (
     ClusterError,
     TLSClient,
-    ephemeral_port,
+    one_off_port,
     port_ledger,
     release_ports,
     reserve_port,
@@ -141,6 +141,11 @@ def test_a_reserved_port_is_held_for_its_folder_until_released(
     assert (port_ledger() / str(b)).read_text().strip() == str(third.resolve())
 
 
-def test_a_one_off_port_comes_from_the_kernels_ephemeral_range() -> None:
+def test_a_one_off_port_is_below_the_ephemeral_range_and_held_while_its_process_lives() -> None:
+    """No outgoing connection can take a one-off port between its choice and its bind (they take their source
+    ports from the ephemeral range), and no cluster can reserve it while the process that chose it lives."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    assert ephemeral_port() >= low
+    port = one_off_port()
+    assert port < low
+    assert (port_ledger() / str(port)).read_text().strip() == f"/proc/{os.getpid()}"
+    assert port not in {one_off_port() for _ in range(20)}

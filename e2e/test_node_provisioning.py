@@ -114,13 +114,14 @@ def karpenter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield log
         # The NodePool's NodeClaims go with it (Karpenter drains and terminates their nodes). The kwok
         # provider creates a node after its launch returns: one launched as the NodePool went can outlive its
-        # NodeClaim, and is deleted below (kwok's nodes hold nothing).
+        # NodeClaim, and is deleted below (kwok's nodes hold nothing). A clean-up, not a test: a Karpenter
+        # slow to drain on a loaded host (CI saw 180 s pass) leaves the rest to the forced removal below.
         cluster.kubectl("delete", "nodepool", NODEPOOL, "--wait=false", check=False)
-        eventually(
-            "the NodePool's NodeClaims removed",
-            lambda: not cluster.kubectl("get", "nodeclaims", "-o", "name").stdout.split() or None,
-            180,
-        )
+        deadline = time.monotonic() + 120
+        while (
+            time.monotonic() < deadline and cluster.kubectl("get", "nodeclaims", "-o", "name").stdout.split()
+        ):
+            time.sleep(1)
     finally:
         proc.terminate()
         try:

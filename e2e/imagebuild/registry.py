@@ -15,7 +15,7 @@ from pathlib import Path
 
 from localcluster.binaries import ensure_registry
 from localcluster.config import REGISTRY_MODULE, REGISTRY_VERSION, REPO_ROOT, cache_paths
-from localcluster.util import ClusterError, ephemeral_port, say, wait_until_serving
+from localcluster.util import ClusterError, one_off_port, say, wait_until_serving
 
 STATE = REPO_ROOT / "dist" / "registry"
 
@@ -48,7 +48,7 @@ def start(root: Path) -> Registry:
     """Start a registry storing under `root` (plain HTTP, 127.0.0.1 only); returns once /v2/ answers."""
     binary = ensure_registry(cache_paths())
     root.mkdir(parents=True, exist_ok=True)
-    port = ephemeral_port()
+    port = one_off_port()
     config = root / "config.yml"
     config.write_text(_config(root, port))
     log = (root / "registry.log").open("ab")

@@ -119,12 +119,16 @@ def release_ports(owner: Path) -> int:
     return dropped
 
 
-def ephemeral_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel picks from its ephemeral range (never one a cluster reserved): for a
-    listener started once and never restarted on the same port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def one_off_port(host: str = "127.0.0.1") -> int:
+    """A port for a listener started once and never restarted on the same port, held in the port ledger for
+    as long as this process lives (its /proc folder is the owner): below the kernel's ephemeral range, so no
+    outgoing connection can take it between this choice and the bind (CI saw an operator refused with
+    "Address already in use" when one-off ports came from the ephemeral range), and never a port a cluster
+    reserved."""
+    return reserve_port(Path(f"/proc/{os.getpid()}"), host, taken=_ONE_OFF_PORTS)
+
+
+_ONE_OFF_PORTS: set[int] = set()  # handed out by this process: the ledger lets an owner take its own again
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
