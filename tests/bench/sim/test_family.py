@@ -164,20 +164,23 @@ def verdicts_for(
         summary("reactive-oracle@99%(hold=5m)", 0.97, 2.6),
         *baselines,
     ]
-    o = outcome(rows, {"static": [summary("static(2)", 0.90, 1.5)]})
+    o = outcome(rows, {"static": [summary("static(2)", 0.90, 1.5, requests=0.90)]})
     verdicts = judge(o, ([], {}), Scenario(), RobustnessTargets())
     return {v.target.split(" ")[0]: v.met for v in verdicts}
 
 
 def test_judge_targets_domination_and_oracle_ratio() -> None:
     ours = summary("slo", 0.995, 2.2, requests=0.992, changes=4.0)
-    met = verdicts_for(ours, [summary("static", 1.0, 3.0), summary("hpa", 0.9, 1.5)])
+    met = verdicts_for(ours, [summary("static", 1.0, 3.0), summary("hpa", 0.9, 1.5, requests=0.9)])
     assert met == {"windows": True, "requests": True, "not": True, "GPU-hours": True, "replica": True}
 
-    # A cheaper static run at equal windows dominates; 2.5 GPU-h is 1.25x oracle@'s 2.0.
+    # A cheaper static run at equal requests dominates; 2.5 GPU-h is 1.25x oracle@'s 2.0.
     ours = summary("slo", 0.95, 2.5, requests=0.98, changes=7.0)
-    met = verdicts_for(ours, [summary("static", 0.95, 2.4)])
+    met = verdicts_for(ours, [summary("static", 0.95, 2.4, requests=0.98)])
     assert met == {"windows": False, "requests": False, "not": False, "GPU-hours": False, "replica": False}
+    # Dominance is on requests (the promise), not windows: more windows for fewer requests is no domination.
+    met = verdicts_for(ours, [summary("static", 0.99, 2.4, requests=0.97)])
+    assert met["not"] is True
 
     # When the oracle itself misses 99 % of requests, the request target does not apply.
     met = verdicts_for(ours, [], oracle_requests=0.97)
