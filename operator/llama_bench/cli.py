@@ -1,4 +1,4 @@
-"""The llama-bench command: simulate | bench | fleet-sim | fleet-drive | profile | replay."""
+"""The llama-bench command: simulate | bench | objectives | fleet-sim | fleet-drive | profile | replay."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import llama_operator
 from llama_bench.fleetsim.commands import register as register_fleet_commands
 from llama_bench.measure.commands import register as register_measure_commands
 from llama_bench.sim.commands import register as register_simulator_commands
+from llama_bench.sim.objectives import register as register_objectives_command
 from llama_bench.sim.routingbench import register as register_routing_command
 from llama_operator.cli import EXIT_INPUT_ERROR, EXIT_INTERNAL_ERROR, run_command
 
@@ -39,11 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     register_fleet_commands(sub)
     register_measure_commands(sub)
     register_routing_command(sub)
+    register_objectives_command(sub)
     return parser
 
 
 # Subcommands that draw figures: without matplotlib they would run for minutes and fail at the first plot.
-PLOTTING_COMMANDS = frozenset({"bench", "routing"})
+PLOTTING_COMMANDS = frozenset({"bench", "routing", "objectives"})
 MISSING_PLOT_EXTRA = (
     "error: llama-bench {command} draws its figures with matplotlib, which the runtime does not install: "
     "pip install -e '.[bench]' (or make setup)\n"
